@@ -1,0 +1,74 @@
+"""A deterministic reference language model over integer tokens.
+
+The reference model stands in for θ in Eq. (1). Its "KV cache" is the tuple of prefix
+hashes, one per context position, so it has the property that makes splicing delicate in
+a real transformer: every position's entry, and therefore every generated token, depends
+on the *entire* context before it. Any splice error (a stale entry after an excised span,
+a crop one block too late) changes every later token.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+
+VOCAB = 4096
+_MOD = (1 << 61) - 1  # a Mersenne prime: the rolling hash never collapses to a short cycle
+_MUL = 1_000_003
+
+
+def tokenize(text: str) -> tuple[int, ...]:
+    """Words → token ids in [0, VOCAB). Stable across processes (crc32, not hash())."""
+    return tuple(zlib.crc32(word.encode()) % VOCAB for word in text.split())
+
+
+def detokenize(tokens: tuple[int, ...]) -> str:
+    return " ".join(f"w{t}" for t in tokens)
+
+
+def extend(kv: tuple[int, ...], tokens: tuple[int, ...]) -> tuple[int, ...]:
+    """Prefill: append one prefix hash per token. kv: [n] → [n + len(tokens)]."""
+    h = kv[-1] if kv else 0
+    out = list(kv)
+    for tok in tokens:
+        h = (h * _MUL + tok + 1) % _MOD
+        out.append(h)
+    return tuple(out)
+
+
+def next_token(kv: tuple[int, ...], draw: int | None) -> int:
+    """Greedy when draw is None; otherwise pick one of four candidates with the draw.
+
+    Every candidate is a function of kv[-1], i.e. of the entire context.
+    """
+    h = kv[-1] if kv else 0
+    candidates = [((h >> (13 * j)) ^ (h * (j + 7))) % VOCAB for j in range(4)]
+    return candidates[0] if draw is None else candidates[draw % 4]
+
+
+def draws(seed: int | None, turn: int, salt: int, n: int) -> list[int | None]:
+    """The sampler's randomness for one decode, derived from (seed, transition, salt).
+
+    Deriving draws from the transition index (rather than one generator threaded through
+    the session) is what lets a replay from τ draw exactly what a full reset draws (A1).
+    seed=None with sampling means an unseeded sampler: each call draws fresh entropy, which
+    breaks A1 on purpose so that the specs can show it is detected.
+    """
+    if seed is None:
+        rng = random.SystemRandom()
+    else:
+        rng = random.Random(f"{seed}:{turn}:{salt}")
+    return [rng.randrange(1 << 30) for _ in range(n)]
+
+
+def decode(kv: tuple[int, ...], n: int, draw_list: list[int | None] | None) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Decode n tokens one at a time, each appended to the context before the next.
+
+    Returns (tokens, new kv). draw_list None means greedy.
+    """
+    out: list[int] = []
+    for i in range(n):
+        tok = next_token(kv, None if draw_list is None else draw_list[i])
+        out.append(tok)
+        kv = extend(kv, (tok,))
+    return tuple(out), kv

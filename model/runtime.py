@@ -1,0 +1,58 @@
+"""The reference model behind the runtime protocol of `unsee.specs.protocol`."""
+
+from __future__ import annotations
+
+from unsee.model.session import (
+    Receipt, Session, append, full_reset, new_session, provenance_graph, selective_replay,
+)
+from unsee.model.state import Config, Meter, Observation, layer_digests
+
+
+class ReferenceRuntime:
+    """A mutable handle on an immutable `Session`; every transition is `step`."""
+
+    name = "reference"
+
+    def __init__(self, config: Config = Config(), policy: str = "every") -> None:
+        self.config = config
+        self.policy = policy
+        self.reset()
+
+    def reset(self) -> None:
+        self.session: Session = new_session(self.config, self.policy)
+        self._meter = Meter()
+
+    def step(self, obs: Observation) -> None:
+        self.session, _ = append(self.session, obs, self._meter)
+
+    def forget(self, sources, method: str = "B7", checkpoint: int | None = None) -> Receipt:
+        if method == "B7":
+            self.session, receipt = selective_replay(self.session, sources, checkpoint)
+        elif method == "B5":
+            self.session, receipt = full_reset(self.session, sources)
+        else:
+            raise ValueError(f"method {method!r} is not B7 or B5")
+        self._meter.transitions += receipt.transitions
+        return receipt
+
+    def digest(self) -> dict[str, str]:
+        return layer_digests(self.session.state)
+
+    def graph(self):
+        return provenance_graph(self.session.state)
+
+    @property
+    def invocations(self) -> int:
+        return self._meter.transitions
+
+    @property
+    def observations(self) -> tuple[Observation, ...]:
+        return self.session.observations
+
+    @property
+    def checkpoints(self) -> tuple[int, ...]:
+        return tuple(c.boundary for c in self.session.checkpoints)
+
+    @property
+    def world(self):
+        return self.session.world

@@ -1,0 +1,304 @@
+"""The recorded runtime and Algorithm 1 (Provenance-Guided Selective Replay).
+
+A `Session` is what the operator of Corollary 1 may read: the observation stream, the
+stored real trajectory R_0..R_T, the provenance graph (inside each state), the
+metadata-only checkpoints and the environment snapshots; plus the *world*: the side
+effects that actually fired outside the runtime, which no replay may fire again.
+
+Forget operators take a session and target sources and return (new session, receipt).
+Every invocation of F goes through `step` with a `Meter`, so the receipt's `transitions`
+is a count of calls, not a formula.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field, replace
+
+import networkx as nx
+
+from unsee.model.state import (
+    Config,
+    LedgerEntry,
+    Meter,
+    Observation,
+    State,
+    initial_state,
+    layer_digests,
+    lm,
+    step,
+)
+
+POLICIES = ("every", "events", "start")
+
+
+class UnseeError(Exception):
+    """Base of the typed errors the runtime raises; each message says what to do."""
+
+
+class UnknownSource(UnseeError, KeyError):
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Metadata only (no tensors): where the state at `boundary` lives and how to restore it."""
+
+    boundary: int  # R_boundary: the state after `boundary` transitions
+    token_offset: int
+    cache_handle: str
+    env_snapshot: str
+    manifest: tuple[str, ...]  # the block artifact ids in context, in order
+
+
+@dataclass(frozen=True)
+class Receipt:
+    sources: tuple[str, ...]
+    method: str
+    tau: int
+    T: int
+    checkpoint: int | None
+    transitions: int
+    tokens_prefilled: int
+    tokens_decoded: int
+    tokens_rematerialized: int
+    seconds: float
+    digests: dict
+    taint: tuple[str, ...] = ()
+    compensation: tuple[dict, ...] = ()  # committed side effects the counterfactual would not make (A3)
+    deduplicated: tuple[str, ...] = ()  # call ids replay recognised as already committed
+    replayed: tuple[Observation, ...] = field(default=(), repr=False)  # the sanitized õ_t fed to F
+
+
+@dataclass(frozen=True)
+class Session:
+    config: Config
+    policy: str
+    observations: tuple[Observation, ...] = ()
+    states: tuple[State, ...] = ()  # R_0..R_T
+    checkpoints: tuple[Checkpoint, ...] = ()
+    snapshots: tuple[tuple[str, tuple], ...] = ()  # env snapshot id → env items
+    world: tuple[LedgerEntry, ...] = ()  # side effects that fired in the real world
+    forgotten: frozenset[str] = frozenset()
+
+    @property
+    def T(self) -> int:
+        return len(self.observations)
+
+    @property
+    def state(self) -> State:
+        return self.states[-1]
+
+
+def new_session(config: Config = Config(), policy: str = "every") -> Session:
+    if policy not in POLICIES:
+        raise ValueError(f"checkpoint policy {policy!r} is not one of {POLICIES}")
+    r0 = initial_state(config)
+    s = Session(config, policy, states=(r0,))
+    return _checkpoint(s, r0, 0)
+
+
+def env_snapshot_id(env: tuple) -> str:
+    return "env-" + hashlib.sha256(repr(env).encode()).hexdigest()[:12]
+
+
+def _checkpoint(s: Session, r: State, boundary: int) -> Session:
+    sid = env_snapshot_id(r.env)
+    snaps = s.snapshots if any(k == sid for k, _ in s.snapshots) else s.snapshots + ((sid, r.env),)
+    c = Checkpoint(boundary, len(r.tokens), "kv:session", sid, tuple(b.artifact for b in r.blocks))
+    return replace(s, checkpoints=s.checkpoints + (c,), snapshots=snaps)
+
+
+def wants_checkpoint(policy: str, state: State, obs: Observation) -> bool:
+    """Checkpoint the boundary before `obs`? 'events': before memory injections,
+    consequential tool commits and compactions; 'every': every turn boundary."""
+    if policy == "every":
+        return True
+    if policy == "events":
+        return obs.kind == "memory" or bool(state.plan) or obs.compact
+    return False
+
+
+def append(s: Session, obs: Observation, meter: Meter | None = None,
+           fire: bool = True) -> tuple[Session, tuple[LedgerEntry, ...]]:
+    """Run one transition on the live session; returns the new side effects it committed."""
+    r = s.state
+    if s.checkpoints[-1].boundary != s.T and wants_checkpoint(s.policy, r, obs):
+        s = _checkpoint(s, r, s.T)
+    r2 = step(r, obs, meter)
+    effects = r2.ledger[len(r.ledger):]
+    s = replace(s, observations=s.observations + (obs,), states=s.states + (r2,))
+    if fire:
+        s = replace(s, world=s.world + effects)
+    return s, effects
+
+
+def run(observations, config: Config = Config(), policy: str = "every") -> Session:
+    s = new_session(config, policy)
+    for o in observations:
+        s, _ = append(s, o)
+    return s
+
+
+# --- Algorithm 1 ------------------------------------------------------------------------
+
+def counterfactual_stream(observations, sources) -> tuple[Observation, ...]:
+    """o^{-z}: every observation with z's parts removed; empty observations stay transitions."""
+    z = frozenset(sources)
+    return tuple(o.without(z) for o in observations)
+
+
+def locate_source(s: Session, source: str) -> tuple[str, ...]:
+    """Line 1: s ← LocateSource(G, z): the observation artifacts that carried z."""
+    found = tuple(a.id for a in s.state.artifacts
+                  if a.parents == () and source in a.source_ids)
+    if not found:
+        if source in s.forgotten:
+            raise UnknownSource(f"source {source!r} was already forgotten; nothing to do")
+        known = sorted({src for o in s.observations for src in o.sources})
+        raise UnknownSource(f"source {source!r} never entered this session; known sources: {known}")
+    return found
+
+
+def first_entry(s: Session, source_artifacts) -> int:
+    """Line 2: τ ← FirstEntry(G, s): the transition at which z first entered."""
+    by_id = {a.id: a for a in s.state.artifacts}
+    return min(by_id[a].turn for a in source_artifacts)
+
+
+def provenance_graph(state: State) -> nx.DiGraph:
+    """G_t as a networkx DiGraph; node attributes carry the provenance tuple."""
+    g = nx.DiGraph()
+    for a in state.artifacts:
+        g.add_node(a.id, type=a.type, turn=a.turn, source_ids=a.source_ids,
+                   token_span=a.token_span, committed=a.committed)
+        for p in a.parents:
+            g.add_edge(p, a.id)
+    return g
+
+
+def taint_closure(graph: nx.DiGraph, source_artifacts) -> set[str]:
+    """Line 3: I(z) ← TaintClosure(G, s) = {a : z ⇝_G a} (the sources included)."""
+    out: set[str] = set()
+    for a in source_artifacts:
+        out.add(a)
+        out |= nx.descendants(graph, a)
+    return out
+
+
+def choose_checkpoint(checkpoints, tau: int) -> Checkpoint:
+    """Line 4: c* ← argmax{c ∈ C : boundary(c) < τ}."""
+    return max((c for c in checkpoints if c.boundary < tau), key=lambda c: c.boundary)
+
+
+def restore(s: Session, c: Checkpoint, meter: Meter) -> State:
+    """Line 5: crop the cache to c's offset and load the environment snapshot.
+
+    The cache is cropped when c's prompt manifest is still a prefix of the context; after a
+    compaction rebuilt the cache it is re-materialized from the stored trajectory (counted
+    in meter.tokens_rematerialized, not as transitions). The non-KV layers at the boundary
+    are read from the stored trajectory R_boundary (route (a) of Corollary 1).
+    """
+    stored = s.states[c.boundary]
+    live = s.state
+    env = dict(s.snapshots)[c.env_snapshot]
+    if tuple(b.artifact for b in live.blocks[: len(c.manifest)]) == c.manifest:
+        tokens, kv = live.tokens[: c.token_offset], live.kv[: c.token_offset]
+    else:
+        tokens = stored.tokens
+        kv = lm.extend((), tokens)
+        meter.tokens_rematerialized += len(tokens)
+    restored = replace(stored, tokens=tokens, kv=kv, env=env)
+    if restored != stored:  # a checkpoint that does not restore its own boundary is corrupt
+        raise UnseeError(f"checkpoint at boundary {c.boundary} does not restore R_{c.boundary}")
+    return restored
+
+
+def sanitize(obs: Observation, sources) -> Observation:
+    """Line 7: õ_t ← Sanitize(o_t, z): remove z, keep the rest verbatim (A2)."""
+    return obs.without(frozenset(sources))
+
+
+def replay_tools(world: tuple[LedgerEntry, ...], effects: tuple[LedgerEntry, ...]):
+    """Line 8: shadow-execute consequential calls with call-id de-duplication (A3).
+
+    A call whose id and arguments match a committed one is recognised (never fired again).
+    Any other counterfactual call is *not* fired either: it is returned for compensation.
+    """
+    committed = {e.call_id: e for e in world}
+    dedup, differs = [], []
+    for e in effects:
+        old = committed.get(e.call_id)
+        if old is not None and old.tool == e.tool and old.args == e.args:
+            dedup.append(e.call_id)
+        else:
+            differs.append({"call_id": e.call_id, "tool": e.tool, "args": list(e.args),
+                            "committed": None if old is None else list(old.args),
+                            "reason": "not committed" if old is None else "arguments differ"})
+    return dedup, differs
+
+
+def _replay(s: Session, start: State, boundary: int, sources, meter: Meter):
+    """Lines 6–10 on the live session from R_boundary; returns the new session and the A3 report."""
+    kept = tuple(c for c in s.checkpoints if c.boundary <= boundary)
+    t = replace(s, observations=s.observations[:boundary], states=s.states[:boundary] + (start,),
+                checkpoints=kept)
+    dedup: list[str] = []
+    comp: list[dict] = []
+    replayed = []
+    for obs in s.observations[boundary:]:
+        o = sanitize(obs, sources)
+        replayed.append(o)
+        t, effects = append(t, o, meter, fire=False)  # line 9 — never fires side effects
+        d, c = replay_tools(s.world, effects)
+        dedup += d
+        comp += c
+    new_ids = {e.call_id for e in t.state.ledger}
+    for e in s.world:  # committed after τ but absent from the counterfactual ledger
+        if e.turn > boundary and e.call_id not in new_ids:
+            comp.append({"call_id": e.call_id, "tool": e.tool, "args": None,
+                         "committed": list(e.args), "reason": "counterfactual makes no such call"})
+    t = replace(t, world=s.world, forgotten=s.forgotten | frozenset(sources),
+                snapshots=s.snapshots + tuple(x for x in t.snapshots if x not in s.snapshots))
+    return t, dedup, comp, tuple(replayed)
+
+
+def _receipt(method, sources, tau, s, new, c, meter, t0, taint, dedup, comp, replayed) -> Receipt:
+    return Receipt(tuple(sources), method, tau, s.T, c, meter.transitions, meter.tokens_prefilled,
+                   meter.tokens_decoded, meter.tokens_rematerialized, time.perf_counter() - t0,
+                   layer_digests(new.state), tuple(sorted(taint)), tuple(comp), tuple(dedup), replayed)
+
+
+def _locate(s: Session, sources):
+    if not sources:
+        raise UnseeError("a forget request needs at least one source id")
+    arts = tuple(a for src in sources for a in locate_source(s, src))
+    tau = first_entry(s, arts)
+    return arts, tau
+
+
+def selective_replay(s: Session, sources, checkpoint: int | None = None) -> tuple[Session, Receipt]:
+    """B7, Algorithm 1. `checkpoint` forces a coarser splice point c < τ (for ablations)."""
+    t0 = time.perf_counter()
+    arts, tau = _locate(s, sources)  # lines 1–2
+    taint = taint_closure(provenance_graph(s.state), arts)  # line 3
+    cands = s.checkpoints if checkpoint is None else [c for c in s.checkpoints if c.boundary == checkpoint]
+    if checkpoint is not None and (not cands or checkpoint >= tau):
+        raise UnseeError(f"no checkpoint at boundary {checkpoint} before τ={tau}")
+    c = choose_checkpoint(cands, tau)  # line 4
+    meter = Meter()
+    start = restore(s, c, meter)  # line 5
+    new, dedup, comp, replayed = _replay(s, start, c.boundary, sources, meter)  # lines 6–10
+    return new, _receipt("B7", sources, tau, s, new, c.boundary, meter, t0, taint, dedup, comp, replayed)
+
+
+def full_reset(s: Session, sources) -> tuple[Session, Receipt]:
+    """B5: re-run from R_init over o^{-z}: T invocations of F."""
+    t0 = time.perf_counter()
+    arts, tau = _locate(s, sources)
+    taint = taint_closure(provenance_graph(s.state), arts)
+    meter = Meter()
+    new, dedup, comp, replayed = _replay(s, s.states[0], 0, sources, meter)
+    return new, _receipt("B5", sources, tau, s, new, 0, meter, t0, taint, dedup, comp, replayed)

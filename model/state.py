@@ -1,0 +1,356 @@
+"""The runtime state R_t, the observation o_t, and the transition F of Eq. (1).
+
+    R_t = F(R_{t-1}, o_t; θ),  t = 1..T,  R_0 = R_init
+
+Everything here is an immutable value and `step` is a pure function: the same (R, o)
+always gives the same R' (with a seeded or greedy sampler, assumption A1).
+
+One transition, in order:
+  1. commit the pending consequential tool calls planned by the previous transition;
+  2. prefill one block per observation part (memory parts are also written to the
+     plaintext memory store);
+  3. decode the model's reply (obs.reply tokens), if any;
+  4. if the observation asks for a tool: decode a two-token plan (its arguments come from
+     what the model produced, so influence flows from context into actions); a read-only
+     tool runs now and its result is prefilled; a consequential one becomes a pending plan;
+  5. if obs.compact: decode a summary, rebuild the context as [leading system blocks,
+     summary] and write the summary back to memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field, replace
+
+from unsee.model import lm
+
+KINDS = ("system", "user", "memory", "tool")
+READ_ONLY_TOOLS = ("lookup",)
+CONSEQUENTIAL_TOOLS = ("send",)
+TOOLS = READ_ONLY_TOOLS + CONSEQUENTIAL_TOOLS
+PLAN_TOKENS = 2  # a plan is (key, value), both model-produced
+
+
+@dataclass(frozen=True)
+class Part:
+    """One span of an observation, with the source id a forget request can name."""
+
+    source: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Observation:
+    """o_t: an external observation (system prompt, user turn, memory injection, tool return).
+
+    reply: how many tokens the model decodes after it (0 = no reply).
+    tool: a tool the observation asks the agent to call (see TOOLS), or None.
+    compact: compact the context at the end of this transition.
+    """
+
+    kind: str
+    parts: tuple[Part, ...]
+    reply: int = 0
+    tool: str | None = None
+    compact: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"observation kind {self.kind!r} is not one of {KINDS}")
+        if self.tool is not None and self.tool not in TOOLS:
+            raise ValueError(f"tool {self.tool!r} is not one of {TOOLS}")
+        if self.reply < 0:
+            raise ValueError(f"reply must be >= 0 tokens, got {self.reply}")
+
+    @property
+    def sources(self) -> frozenset[str]:
+        return frozenset(p.source for p in self.parts)
+
+    def without(self, sources: frozenset[str] | set[str]) -> "Observation":
+        """o \\ {z}: the same observation with every part from `sources` removed.
+
+        It stays an observation (and so a transition) even when nothing is left.
+        """
+        return replace(self, parts=tuple(p for p in self.parts if p.source not in sources))
+
+    def to_json(self) -> dict:
+        return {
+            "kind": self.kind,
+            "parts": [[p.source, p.text] for p in self.parts],
+            "reply": self.reply,
+            "tool": self.tool,
+            "compact": self.compact,
+        }
+
+    @staticmethod
+    def from_json(d: dict) -> "Observation":
+        return Observation(
+            kind=d["kind"],
+            parts=tuple(Part(s, t) for s, t in d["parts"]),
+            reply=d.get("reply", 0),
+            tool=d.get("tool"),
+            compact=d.get("compact", False),
+        )
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """The provenance tuple (id, type, parents, source_ids, token_span, turn, committed)."""
+
+    id: str
+    type: str
+    parents: tuple[str, ...]
+    source_ids: frozenset[str]
+    token_span: tuple[int, int] | None
+    turn: int
+    committed: bool = False
+
+
+@dataclass(frozen=True)
+class Block:
+    """A contiguous run of context tokens [start, end) produced by one artifact."""
+
+    artifact: str
+    kind: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    call_id: str
+    tool: str
+    args: tuple[int, ...]
+    plan: str  # artifact id of the plan that produced it
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """A committed side effect of a consequential tool."""
+
+    call_id: str
+    tool: str
+    args: tuple[int, ...]
+    turn: int
+
+
+@dataclass(frozen=True)
+class Config:
+    """θ and the scaffold's settings. seed=None with sampling=True breaks A1 on purpose."""
+
+    sampling: bool = False
+    seed: int | None = 0
+    summary_tokens: int = 4
+    n_keys: int = 4
+    env: tuple[tuple[int, int], ...] = ((0, 11), (1, 22), (2, 33), (3, 44))
+
+
+@dataclass(frozen=True)
+class State:
+    """R_t. Every reconstructible layer the paper names is a field."""
+
+    config: Config
+    turn: int = 0
+    tokens: tuple[int, ...] = ()  # the transcript in context: [n]
+    kv: tuple[int, ...] = ()  # the reference model's cache: one prefix hash per token, [n]
+    blocks: tuple[Block, ...] = ()
+    memory: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (artifact id, text tokens)
+    summary: tuple[int, ...] | None = None
+    plan: tuple[ToolCall, ...] = ()  # pending, uncommitted consequential calls
+    env: tuple[tuple[int, int], ...] = ()
+    ledger: tuple[LedgerEntry, ...] = ()
+    artifacts: tuple[Artifact, ...] = field(default=(), repr=False)
+
+
+def initial_state(config: Config = Config()) -> State:
+    """R_init."""
+    return State(config=config, env=tuple(sorted(config.env)))
+
+
+class _Turn:
+    """Accumulates one transition's outputs; `freeze` returns the new State."""
+
+    def __init__(self, state: State, turn: int) -> None:
+        self.s = state
+        self.turn = turn
+        self.tokens = list(state.tokens)
+        self.kv = state.kv
+        self.blocks = list(state.blocks)
+        self.memory = list(state.memory)
+        self.env = dict(state.env)
+        self.ledger = list(state.ledger)
+        self.artifacts = list(state.artifacts)
+        self.by_id = {a.id: a for a in state.artifacts}
+        self.counter = 0
+        self.inputs: tuple[str, ...] = ()
+        self.prefilled = 0
+        self.decoded = 0
+
+    def field(self, kind: str, part: Part) -> str:
+        """A recorded observation field: an input, so it has no parents."""
+        self.counter += 1
+        aid = f"t{self.turn}.{self.counter}.{kind}"
+        a = Artifact(aid, kind, (), frozenset({part.source}), None, self.turn)
+        self.artifacts.append(a)
+        self.by_id[aid] = a
+        return aid
+
+    def artifact(self, type_: str, parents: tuple[str, ...], span: tuple[int, int] | None = None,
+                 committed: bool = False) -> str:
+        """A derived artifact. The graph is the paper's conservative one: whatever a transition
+        generates reads the whole state, so its parents include this turn's inputs (o_t's
+        fields and the last block of R_{t-1})."""
+        parents = tuple(dict.fromkeys(parents + self.inputs))
+        self.counter += 1
+        aid = f"t{self.turn}.{self.counter}.{type_}"
+        src: set[str] = set()
+        for p in parents:
+            src |= self.by_id[p].source_ids  # oracle source-ID propagation
+        a = Artifact(aid, type_, parents, frozenset(src), span, self.turn, committed)
+        self.artifacts.append(a)
+        self.by_id[aid] = a
+        return aid
+
+    def last_block(self) -> tuple[str, ...]:
+        return (self.blocks[-1].artifact,) if self.blocks else ()
+
+    def prefill(self, type_: str, kind: str, tokens: tuple[int, ...], parents: tuple[str, ...]) -> str:
+        """A prompt block: its cache entries depend on everything before it."""
+        start = len(self.tokens)
+        aid = self.artifact(type_, parents + self.last_block(), span=(start, start + len(tokens)))
+        self.tokens.extend(tokens)
+        self.kv = lm.extend(self.kv, tokens)
+        self.blocks.append(Block(aid, kind, start, len(self.tokens)))
+        self.prefilled += len(tokens)
+        return aid
+
+    def decode(self, type_: str, n: int, salt: int) -> tuple[str, tuple[int, ...]]:
+        cfg = self.s.config
+        draw = lm.draws(cfg.seed, self.turn, salt, n) if cfg.sampling else None
+        start = len(self.tokens)
+        out, self.kv = lm.decode(self.kv, n, draw)
+        aid = self.artifact(type_, self.last_block(), span=(start, start + n))
+        self.tokens.extend(out)
+        self.blocks.append(Block(aid, "assistant", start, len(self.tokens)))
+        self.decoded += n
+        return aid, out
+
+    def freeze(self, **changes) -> State:
+        return replace(
+            self.s,
+            turn=self.turn,
+            tokens=tuple(self.tokens),
+            kv=self.kv,
+            blocks=tuple(self.blocks),
+            memory=tuple(self.memory),
+            env=tuple(sorted(self.env.items())),
+            ledger=tuple(self.ledger),
+            artifacts=tuple(self.artifacts),
+            **changes,
+        )
+
+
+@dataclass
+class Meter:
+    """Work counters for one operator run. transitions counts invocations of F."""
+
+    transitions: int = 0
+    tokens_prefilled: int = 0
+    tokens_decoded: int = 0
+    tokens_rematerialized: int = 0
+
+
+def step(state: State, obs: Observation, meter: Meter | None = None) -> State:
+    """F(R_{t-1}, o_t; θ) → R_t (Eq. 1)."""
+    b = _Turn(state, state.turn + 1)
+    fields = [b.field(obs.kind, part) for part in obs.parts]
+    b.inputs = tuple(fields) + b.last_block()
+    commit_pending(b, state.plan)
+    for part, field_id in zip(obs.parts, fields):
+        observe(b, obs.kind, part, field_id)
+    if obs.reply:
+        b.decode("reply", obs.reply, salt=0)
+    plan: tuple[ToolCall, ...] = ()
+    if obs.tool is not None:
+        plan = call_tool(b, obs.tool)
+    summary = state.summary
+    if obs.compact:
+        summary = compact(b)
+    if meter is not None:
+        meter.transitions += 1
+        meter.tokens_prefilled += b.prefilled
+        meter.tokens_decoded += b.decoded
+    return b.freeze(plan=plan, summary=summary)
+
+
+def commit_pending(b: _Turn, plan: tuple[ToolCall, ...]) -> None:
+    """Execute the consequential calls planned last transition; each is a side effect."""
+    for call in plan:
+        key, value = call.args[0] % b.s.config.n_keys, call.args[1]
+        b.env[key] = value
+        b.ledger.append(LedgerEntry(call.call_id, call.tool, call.args, b.turn))
+        cid = b.artifact("tool_call", (call.plan,), committed=True)
+        b.prefill("tool_result", "tool", (key, value % lm.VOCAB), (cid,))
+
+
+def observe(b: _Turn, kind: str, part: Part, field_id: str) -> None:
+    """A field (the raw observation) → its prompt block; memory is also stored as a record."""
+    toks = lm.tokenize(part.text)
+    if kind == "memory":
+        rec = b.artifact("memory_record", (field_id,))
+        b.memory.append((rec, toks))
+    b.prefill("block", kind, toks, (field_id,))
+
+
+def call_tool(b: _Turn, tool: str) -> tuple[ToolCall, ...]:
+    """Decode a plan; run a read-only tool now, or leave a consequential one pending."""
+    plan_id, args = b.decode("plan", PLAN_TOKENS, salt=1)
+    call_id = f"call-t{b.turn}"
+    if tool in CONSEQUENTIAL_TOOLS:
+        return (ToolCall(call_id, tool, args, plan_id),)
+    key = args[0] % b.s.config.n_keys
+    cid = b.artifact("tool_call", (plan_id,))
+    b.prefill("tool_result", "tool", (key, b.env.get(key, 0) % lm.VOCAB), (cid,))
+    return ()
+
+
+def compact(b: _Turn) -> tuple[int, ...]:
+    """Model-authored summary replaces older turns; the cache is rebuilt from the new context."""
+    n = b.s.config.summary_tokens
+    sid, summary = b.decode("summary", n, salt=2)
+    keep = []
+    for blk in b.blocks:
+        if blk.kind != "system":
+            break
+        keep.append(blk)
+    tokens = [t for blk in keep for t in b.tokens[blk.start:blk.end]]
+    start = len(tokens)
+    b.blocks = keep + [Block(sid, "summary", start, start + n)]
+    b.tokens = tokens + list(summary)
+    b.kv = lm.extend((), tuple(b.tokens))  # rebuilt cache: the old one is not resident any more
+    b.prefilled += len(b.tokens)
+    rec = b.artifact("memory_record", (sid,))  # summary write-back
+    b.memory.append((rec, summary))
+    return summary
+
+
+def layer_digests(state: State) -> dict[str, str]:
+    """One digest per layer of R, so that a mismatch names the layer that differs."""
+
+    def h(obj) -> str:
+        return hashlib.sha256(json.dumps(obj, sort_keys=True, default=repr).encode()).hexdigest()[:16]
+
+    graph = [(a.id, a.type, a.parents, sorted(a.source_ids), a.token_span, a.turn, a.committed)
+             for a in state.artifacts]
+    return {
+        "turn": h(state.turn),
+        "transcript": h([state.tokens, [(b.artifact, b.kind, b.start, b.end) for b in state.blocks]]),
+        "kv": h(state.kv),
+        "memory": h(state.memory),
+        "summary": h(state.summary),
+        "plan": h([(c.call_id, c.tool, c.args, c.plan) for c in state.plan]),
+        "environment": h(state.env),
+        "ledger": h([(e.call_id, e.tool, e.args, e.turn) for e in state.ledger]),
+        "graph": h(graph),
+    }

@@ -1,0 +1,143 @@
+"""Deliberately broken forget operators. The specs must reject every one of them.
+
+Each is the reference runtime with one plausible mistake in `forget`:
+
+- `CropAtTau`             restores R_τ (which already holds z) instead of R_{τ−1};
+- `OneTransitionShort`    restores R_{τ−1} but replays T−τ transitions, not T−τ+1;
+- `SourceRedaction`       B3: drops z's fields and prompt blocks, keeps every derived artifact;
+- `SanitizeWithoutReplay` B4: drops z and everything in I(z), regenerates nothing;
+- `SpanExcision`          cuts z's tokens out of the transcript and cache, nothing else;
+- `ReusePostTauCache`     replays the suffix but keeps the contaminated cache entries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from unsee.model.runtime import ReferenceRuntime
+from unsee.model.session import (
+    _locate, _receipt, _replay, counterfactual_stream, provenance_graph, restore,
+    choose_checkpoint, taint_closure,
+)
+from unsee.model.state import Block, Meter
+
+
+class _Mutant(ReferenceRuntime):
+    def _finish(self, new, sources, tau, c, meter, t0=0.0, taint=(), replayed=()):
+        receipt = _receipt("mutant", sources, tau, self.session, new, c, meter, t0, taint, (), (), tuple(replayed))
+        self.session = new
+        self._meter.transitions += meter.transitions
+        return receipt
+
+
+class CropAtTau(_Mutant):
+    name = "crop-at-tau"
+
+    def forget(self, sources, method="B7", checkpoint=None):
+        s = self.session
+        _, tau = _locate(s, sources)
+        meter = Meter()
+        new, _, _, replayed = _replay(s, s.states[tau], tau, sources, meter)
+        return self._finish(new, sources, tau, tau, meter, replayed=replayed)
+
+
+class OneTransitionShort(_Mutant):
+    name = "one-transition-short"
+
+    def forget(self, sources, method="B7", checkpoint=None):
+        s = self.session
+        _, tau = _locate(s, sources)
+        meter = Meter()
+        c = choose_checkpoint(s.checkpoints, tau)
+        start = restore(s, c, meter)
+        short = replace(s, observations=s.observations[:-1])
+        new, _, _, replayed = _replay(short, start, c.boundary, sources, meter)
+        return self._finish(new, sources, tau, c.boundary, meter, replayed=replayed)
+
+
+def _without_artifacts(state, drop: set[str]):
+    """Remove the given artifacts' blocks from the context (and their graph nodes)."""
+    tokens, kv, blocks = [], [], []
+    for b in state.blocks:
+        if b.artifact in drop:
+            continue
+        start = len(tokens)
+        tokens.extend(state.tokens[b.start:b.end])
+        kv.extend(state.kv[b.start:b.end])  # stale entries: they were computed with z in context
+        blocks.append(Block(b.artifact, b.kind, start, len(tokens)))
+    return replace(state, tokens=tuple(tokens), kv=tuple(kv), blocks=tuple(blocks))
+
+
+class SourceRedaction(_Mutant):
+    name = "source-redaction-B3"
+
+    def forget(self, sources, method="B7", checkpoint=None):
+        s = self.session
+        arts, tau = _locate(s, sources)
+        r = s.state
+        # the fields, their direct prompt blocks and memory records; derived artifacts stay
+        direct = set(arts) | {a.id for a in r.artifacts
+                              if a.type in ("block", "memory_record") and set(a.parents) & set(arts)
+                              and a.parents[0] in arts}
+        r2 = _without_artifacts(r, direct)
+        r2 = replace(r2, memory=tuple(m for m in r.memory if m[0] not in direct),
+                     artifacts=tuple(a for a in r.artifacts if a.id not in direct))
+        new = replace(s, observations=counterfactual_stream(s.observations, sources),
+                      states=s.states[:-1] + (r2,), forgotten=s.forgotten | set(sources))
+        return self._finish(new, sources, tau, s.T, Meter())
+
+
+class SanitizeWithoutReplay(_Mutant):
+    name = "sanitize-without-replay-B4"
+
+    def forget(self, sources, method="B7", checkpoint=None):
+        s = self.session
+        arts, tau = _locate(s, sources)
+        r = s.state
+        taint = taint_closure(provenance_graph(r), arts)
+        r2 = _without_artifacts(r, taint)
+        r2 = replace(r2, memory=tuple(m for m in r.memory if m[0] not in taint),
+                     plan=tuple(p for p in r.plan if p.plan not in taint),
+                     summary=None if r.summary is not None and any(
+                         a.type == "summary" and a.id in taint for a in r.artifacts) else r.summary,
+                     artifacts=tuple(a for a in r.artifacts if a.id not in taint))
+        new = replace(s, observations=counterfactual_stream(s.observations, sources),
+                      states=s.states[:-1] + (r2,), forgotten=s.forgotten | set(sources))
+        return self._finish(new, sources, tau, s.T, Meter(), taint=taint)
+
+
+class SpanExcision(_Mutant):
+    name = "span-excision"
+
+    def forget(self, sources, method="B7", checkpoint=None):
+        s = self.session
+        arts, tau = _locate(s, sources)
+        r = s.state
+        spans = {a.id for a in r.artifacts if a.type == "block" and a.parents and a.parents[0] in arts}
+        r2 = _without_artifacts(r, spans)
+        new = replace(s, observations=counterfactual_stream(s.observations, sources),
+                      states=s.states[:-1] + (r2,), forgotten=s.forgotten | set(sources))
+        return self._finish(new, sources, tau, s.T, Meter())
+
+
+class ReusePostTauCache(_Mutant):
+    """Replays T−τ+1 transitions, but splices the replayed tokens onto cache entries that
+    were computed with z in context (the contaminated R_T's prefix hashes, cropped)."""
+
+    name = "reuse-post-tau-cache"
+
+    def forget(self, sources, method="B7", checkpoint=None):
+        s = self.session
+        _, tau = _locate(s, sources)
+        meter = Meter()
+        c = choose_checkpoint(s.checkpoints, tau)
+        new, _, _, replayed = _replay(s, restore(s, c, meter), c.boundary, sources, meter)
+        old, fresh = s.state, new.state
+        n = min(len(old.kv), len(fresh.kv))
+        kv = old.kv[:n] + fresh.kv[n:]
+        new = replace(new, states=new.states[:-1] + (replace(fresh, kv=kv),))
+        return self._finish(new, sources, tau, c.boundary, meter, replayed=replayed)
+
+
+MUTANTS = (CropAtTau, OneTransitionShort, SourceRedaction, SanitizeWithoutReplay, SpanExcision,
+           ReusePostTauCache)
