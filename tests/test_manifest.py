@@ -1,0 +1,37 @@
+"""The manifest keeps statements, specs, proofs and tests in step."""
+
+import ast
+from pathlib import Path
+
+from unsee.proofs.obligations import OBLIGATIONS
+from unsee.specs import statements
+from unsee.specs.manifest import MANIFEST
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _defined_names(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    names |= {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    return names
+
+
+def test_every_manifest_name_exists():
+    obligation_names = {o.__name__ for o in OBLIGATIONS}
+    for row in MANIFEST:
+        assert callable(getattr(statements, row["spec"], None)), f"{row['statement']}: no spec {row['spec']}"
+        for p in row["proofs"]:
+            assert p in obligation_names, f"{row['statement']}: no obligation {p}"
+        assert row["tests"], f"{row['statement']}: no test runs it"
+        for t in row["tests"]:
+            file, name = t.split("::")
+            assert name in _defined_names(ROOT / file), f"{row['statement']}: no test {t}"
+
+
+def test_no_spec_or_obligation_is_left_out():
+    listed_specs = {row["spec"] for row in MANIFEST}
+    specs = {f.__name__ for f in statements.FORGET_STATEMENTS} | {"assumption_a1_deterministic_decoding"}
+    assert specs == listed_specs
+    listed_proofs = {p for row in MANIFEST for p in row["proofs"]}
+    assert {o.__name__ for o in OBLIGATIONS} == listed_proofs

@@ -1,0 +1,42 @@
+"""Test the tester: every broken forget operator is rejected, with a short shrunk trace."""
+
+import pytest
+from hypothesis import settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from unsee.model import Config
+from unsee.specs.harness import verify
+from unsee.specs.mutants import MUTANTS
+from unsee.specs.statements import SpecViolation
+from tests.test_reference_machine import ReferenceMachine
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
+def test_mutant_is_caught_with_a_short_trace(mutant):
+    def factory_for(cfg):
+        return lambda: mutant(Config(sampling=cfg["sampling"], seed=cfg["seed"]), cfg["policy"])
+
+    doc = verify(factory_for, examples=300, seed=0)
+    assert len(doc["failures"]) == 1, f"{mutant.name} was not caught"
+    f = doc["failures"][0]
+    assert f["length"] <= 4, f"shrunk trace too long: {f['trace']}"
+    assert "Theorem 1" in f["message"] or "Corollary 1" in f["message"]
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
+def test_state_machine_rejects_mutant(mutant):
+    class Broken(ReferenceMachine):
+        runtime_class = mutant
+
+    with pytest.raises(SpecViolation):
+        run_state_machine_as_test(Broken, settings=settings(max_examples=300, stateful_step_count=12,
+                                                            derandomize=True, deadline=None))
+
+
+def test_reference_passes_the_same_harness():
+    def factory_for(cfg):
+        from unsee.model import ReferenceRuntime
+        return lambda: ReferenceRuntime(Config(sampling=cfg["sampling"], seed=cfg["seed"]), cfg["policy"])
+
+    doc = verify(factory_for, examples=100, seed=0)
+    assert doc["failures"] == [] and doc["exact"] == doc["forgets"] == doc["optimal_invocations"] > 0

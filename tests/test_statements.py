@@ -1,0 +1,111 @@
+"""One scenario per test: each statement on the reference runtime, named by its outcome."""
+
+import pytest
+from hypothesis import given, strategies as st
+
+from unsee.model import Config, Observation, Part, ReferenceRuntime, UnknownSource
+from unsee.specs import statements as S
+from unsee.specs.strategies import configs, observations
+
+SESSION = (
+    Observation("system", (Part("sys", "you are an agent"),)),
+    Observation("user", (Part("u1", "plan the trip"),), reply=2),
+    Observation("memory", (Part("z", "alice lives at 12 elm street"),)),
+    Observation("user", (Part("u2", "send it"),), reply=1, tool="send"),
+    Observation("tool", (Part("t1", "ok"),), reply=2, tool="lookup", compact=True),
+    Observation("user", (Part("u3", "thanks"),), reply=2),
+)
+
+
+def factory(policy="every", **cfg):
+    return lambda: ReferenceRuntime(Config(**cfg), policy)
+
+
+@given(cfg=configs, stream=st.lists(observations(), min_size=0, max_size=6), pos=st.integers(0, 6),
+       z=st.sampled_from(("z1", "z2")), text=st.sampled_from(("alice at elm", "", "iban DE89")))
+def test_every_statement_holds_on_the_reference(cfg, stream, pos, z, text):
+    stream.insert(min(pos, len(stream)), Observation("memory", (Part(z, text),)))
+    ob = S.observe(factory(cfg["policy"], sampling=cfg["sampling"], seed=cfg["seed"]), stream, [z])
+    S.check_all(ob)
+
+
+def test_selective_replay_costs_T_minus_tau_plus_1():
+    ob = S.observe(factory(), SESSION, ["z"])
+    assert (ob.tau, ob.T) == (3, 6)
+    assert ob.receipt.checkpoint == 2
+    assert ob.receipt.transitions == 4 == ob.T - ob.tau + 1
+    S.check_all(ob)
+
+
+def test_full_reset_costs_T():
+    ob = S.observe(factory(), SESSION, ["z"], method="B5")
+    assert ob.receipt.transitions == 6 == ob.twin_invocations
+    S.check_all(ob)
+
+
+@pytest.mark.parametrize("c", [0, 1])
+def test_coarser_checkpoint_costs_T_minus_c(c):
+    ob = S.observe(factory(), SESSION, ["z"], checkpoint=c)
+    assert ob.receipt.transitions == 6 - c
+    S.check_all(ob)
+
+
+def test_session_start_policy_replays_everything():
+    ob = S.observe(factory("start"), SESSION, ["z"])
+    assert ob.receipt.checkpoint == 0 and ob.receipt.transitions == 6
+    S.check_all(ob)
+
+
+def test_compaction_after_tau_forces_rematerialized_prefix():
+    ob = S.observe(factory(), SESSION, ["z"])
+    assert ob.receipt.tokens_rematerialized > 0  # the compaction at t=5 rebuilt the cache
+    S.check_all(ob)
+
+
+def test_changed_side_effect_is_listed_for_compensation():
+    ob = S.observe(factory(), SESSION, ["z"])
+    comp = ob.receipt.compensation
+    assert [c["call_id"] for c in comp] == ["call-t4"]
+    assert comp[0]["reason"] == "arguments differ"
+    S.assumption_a3_side_effects(ob)  # the report matches the twin; nothing fired twice
+    assert ob.world_after == ob.world_before
+
+
+def test_wrong_compensation_report_is_caught():
+    ob = S.observe(factory(), SESSION, ["z"])
+    object.__setattr__(ob.receipt, "compensation", ())
+    with pytest.raises(S.SpecViolation, match="A3 report"):
+        S.assumption_a3_side_effects(ob)
+
+
+def test_unseeded_sampling_is_reported_as_a1_violation():
+    with pytest.raises(S.AssumptionViolated, match="A1 violated"):
+        S.assumption_a1_deterministic_decoding(factory(sampling=True, seed=None), SESSION)
+    S.assumption_a1_deterministic_decoding(factory(sampling=True, seed=7), SESSION)
+
+
+def test_empty_counterfactual_observation_stays_a_transition():
+    stream = SESSION[:2] + (Observation("user", (Part("z", "secret"),)),) + SESSION[3:]
+    ob = S.observe(factory(), stream, ["z"])
+    assert ob.twin_invocations == len(stream)
+    S.check_all(ob)
+
+
+def test_forgetting_an_unknown_source_is_a_clear_error():
+    rt = factory()()
+    for o in SESSION:
+        rt.step(o)
+    before = rt.digest()
+    with pytest.raises(UnknownSource, match="never entered this session"):
+        rt.forget(["nope"])
+    assert rt.digest() == before
+    rt.forget(["z"])
+    with pytest.raises(UnknownSource, match="already forgotten"):
+        rt.forget(["z"])
+
+
+def test_tampered_state_breaks_theorem1():
+    ob = S.observe(factory(), SESSION, ["z"])
+    ob.after = dict(ob.after, kv="0" * 16)
+    with pytest.raises(S.SpecViolation, match=r"Theorem 1.*\['kv'\]"):
+        S.theorem1_splicing_equivalence(ob)
