@@ -72,3 +72,50 @@ def decode(kv: tuple[int, ...], n: int, draw_list: list[int | None] | None) -> t
         out.append(tok)
         kv = extend(kv, (tok,))
     return tuple(out), kv
+
+
+class ReferenceLM:
+    """The reference model behind the LM interface that `step` uses.
+
+    The same interface is implemented over a transformers model by `unsee.impl.engine.TorchLM`;
+    the scaffold (agent semantics and provenance) is shared, the model is what differs.
+    kv here is the tuple of prefix hashes, an immutable value.
+    """
+
+    name = "reference"
+
+    def encode(self, kind: str, text: str) -> tuple[int, ...]:
+        return tokenize(text)
+
+    def header(self, purpose: str) -> tuple[int, ...]:
+        return ()
+
+    def empty(self) -> tuple[int, ...]:
+        return ()
+
+    def prefill(self, kv, tokens):
+        return extend(kv, tokens)
+
+    def decode(self, kv, n: int, draw_list):
+        return decode(kv, n, draw_list)
+
+    def crop(self, kv, n: int):
+        return kv[:n]
+
+    def resident(self, kv) -> bool:
+        return True  # an immutable value is always at hand
+
+    def rebuild(self, tokens, blocks):
+        """Re-materialize a cache from recorded tokens (teacher-forced; here one extend)."""
+        return extend((), tuple(tokens))
+
+    def select(self, kv, positions):
+        return tuple(kv[i] for i in positions)
+
+    def kv_digest(self, kv) -> str:
+        import hashlib
+
+        return hashlib.sha256(repr(kv).encode()).hexdigest()[:16]
+
+
+REFERENCE = ReferenceLM()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from unsee.model.session import (
     Receipt, Session, append, full_reset, new_session, provenance_graph, selective_replay,
 )
+from unsee.model.lm import REFERENCE
 from unsee.model.state import Config, Meter, Observation, layer_digests
 
 
@@ -13,13 +14,14 @@ class ReferenceRuntime:
 
     name = "reference"
 
-    def __init__(self, config: Config = Config(), policy: str = "every") -> None:
+    def __init__(self, config: Config = Config(), policy: str = "every", model=None) -> None:
         self.config = config
         self.policy = policy
+        self.model = model if model is not None else REFERENCE
         self.reset()
 
     def reset(self) -> None:
-        self.session: Session = new_session(self.config, self.policy)
+        self.session: Session = new_session(self.config, self.policy, self.model)
         self._meter = Meter()
 
     def step(self, obs: Observation) -> None:
@@ -36,7 +38,7 @@ class ReferenceRuntime:
         return receipt
 
     def digest(self) -> dict[str, str]:
-        return layer_digests(self.session.state)
+        return layer_digests(self.session.state, self.model)
 
     def graph(self):
         return provenance_graph(self.session.state)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import networkx as nx
 
@@ -82,6 +83,7 @@ class Session:
     snapshots: tuple[tuple[str, tuple], ...] = ()  # env snapshot id → env items
     world: tuple[LedgerEntry, ...] = ()  # side effects that fired in the real world
     forgotten: frozenset[str] = frozenset()
+    lm: Any = field(default=lm.REFERENCE, compare=False, repr=False)  # θ: the model F runs
 
     @property
     def T(self) -> int:
@@ -92,11 +94,11 @@ class Session:
         return self.states[-1]
 
 
-def new_session(config: Config = Config(), policy: str = "every") -> Session:
+def new_session(config: Config = Config(), policy: str = "every", model=lm.REFERENCE) -> Session:
     if policy not in POLICIES:
         raise ValueError(f"checkpoint policy {policy!r} is not one of {POLICIES}")
-    r0 = initial_state(config)
-    s = Session(config, policy, states=(r0,))
+    r0 = initial_state(config, model)
+    s = Session(config, policy, states=(r0,), lm=model)
     return _checkpoint(s, r0, 0)
 
 
@@ -127,7 +129,7 @@ def append(s: Session, obs: Observation, meter: Meter | None = None,
     r = s.state
     if s.checkpoints[-1].boundary != s.T and wants_checkpoint(s.policy, r, obs):
         s = _checkpoint(s, r, s.T)
-    r2 = step(r, obs, meter)
+    r2 = step(r, obs, meter, s.lm)
     effects = r2.ledger[len(r.ledger):]
     s = replace(s, observations=s.observations + (obs,), states=s.states + (r2,))
     if fire:
@@ -135,8 +137,8 @@ def append(s: Session, obs: Observation, meter: Meter | None = None,
     return s, effects
 
 
-def run(observations, config: Config = Config(), policy: str = "every") -> Session:
-    s = new_session(config, policy)
+def run(observations, config: Config = Config(), policy: str = "every", model=lm.REFERENCE) -> Session:
+    s = new_session(config, policy, model)
     for o in observations:
         s, _ = append(s, o)
     return s
@@ -204,15 +206,15 @@ def restore(s: Session, c: Checkpoint, meter: Meter) -> State:
     stored = s.states[c.boundary]
     live = s.state
     env = dict(s.snapshots)[c.env_snapshot]
-    if tuple(b.artifact for b in live.blocks[: len(c.manifest)]) == c.manifest:
-        tokens, kv = live.tokens[: c.token_offset], live.kv[: c.token_offset]
+    if s.lm.resident(live.kv) and tuple(b.artifact for b in live.blocks[: len(c.manifest)]) == c.manifest:
+        tokens, kv = live.tokens[: c.token_offset], s.lm.crop(live.kv, c.token_offset)
     else:
         tokens = stored.tokens
-        kv = lm.extend((), tokens)
+        kv = s.lm.rebuild(tokens, stored.blocks)
         meter.tokens_rematerialized += len(tokens)
     restored = replace(stored, tokens=tokens, kv=kv, env=env)
-    if restored != stored:  # a checkpoint that does not restore its own boundary is corrupt
-        raise UnseeError(f"checkpoint at boundary {c.boundary} does not restore R_{c.boundary}")
+    if replace(restored, kv=None) != replace(stored, kv=None):
+        raise UnseeError(f"checkpoint at boundary {c.boundary} does not restore R_{c.boundary}: the store is corrupt")
     return restored
 
 
@@ -268,7 +270,7 @@ def _replay(s: Session, start: State, boundary: int, sources, meter: Meter):
 def _receipt(method, sources, tau, s, new, c, meter, t0, taint, dedup, comp, replayed) -> Receipt:
     return Receipt(tuple(sources), method, tau, s.T, c, meter.transitions, meter.tokens_prefilled,
                    meter.tokens_decoded, meter.tokens_rematerialized, time.perf_counter() - t0,
-                   layer_digests(new.state), tuple(sorted(taint)), tuple(comp), tuple(dedup), replayed)
+                   layer_digests(new.state, s.lm), tuple(sorted(taint)), tuple(comp), tuple(dedup), replayed)
 
 
 def _locate(s: Session, sources):
@@ -300,5 +302,6 @@ def full_reset(s: Session, sources) -> tuple[Session, Receipt]:
     arts, tau = _locate(s, sources)
     taint = taint_closure(provenance_graph(s.state), arts)
     meter = Meter()
-    new, dedup, comp, replayed = _replay(s, s.states[0], 0, sources, meter)
+    start = replace(s.states[0], kv=s.lm.empty())  # a fresh R_init, nothing carried over
+    new, dedup, comp, replayed = _replay(s, start, 0, sources, meter)
     return new, _receipt("B5", sources, tau, s, new, 0, meter, t0, taint, dedup, comp, replayed)

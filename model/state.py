@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from unsee.model import lm
 
@@ -29,7 +30,7 @@ KINDS = ("system", "user", "memory", "tool")
 READ_ONLY_TOOLS = ("lookup",)
 CONSEQUENTIAL_TOOLS = ("send",)
 TOOLS = READ_ONLY_TOOLS + CONSEQUENTIAL_TOOLS
-PLAN_TOKENS = 2  # a plan is (key, value), both model-produced
+
 
 
 @dataclass(frozen=True)
@@ -109,12 +110,17 @@ class Artifact:
 
 @dataclass(frozen=True)
 class Block:
-    """A contiguous run of context tokens [start, end) produced by one artifact."""
+    """A contiguous run of context tokens [start, end) produced by one artifact.
+
+    The canonical schedule: tokens [start, start + prefill) went through the model as one
+    prefill; the rest (a decoded reply) one token per forward.
+    """
 
     artifact: str
     kind: str
     start: int
     end: int
+    prefill: int
 
 
 @dataclass(frozen=True)
@@ -142,6 +148,7 @@ class Config:
     sampling: bool = False
     seed: int | None = 0
     summary_tokens: int = 4
+    plan_tokens: int = 2
     n_keys: int = 4
     env: tuple[tuple[int, int], ...] = ((0, 11), (1, 22), (2, 33), (3, 44))
 
@@ -153,7 +160,7 @@ class State:
     config: Config
     turn: int = 0
     tokens: tuple[int, ...] = ()  # the transcript in context: [n]
-    kv: tuple[int, ...] = ()  # the reference model's cache: one prefix hash per token, [n]
+    kv: Any = ()  # the model's cache: the reference's prefix hashes [n], or a handle on a KV engine
     blocks: tuple[Block, ...] = ()
     memory: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (artifact id, text tokens)
     summary: tuple[int, ...] | None = None
@@ -163,15 +170,16 @@ class State:
     artifacts: tuple[Artifact, ...] = field(default=(), repr=False)
 
 
-def initial_state(config: Config = Config()) -> State:
+def initial_state(config: Config = Config(), model=lm.REFERENCE) -> State:
     """R_init."""
-    return State(config=config, env=tuple(sorted(config.env)))
+    return State(config=config, kv=model.empty(), env=tuple(sorted(config.env)))
 
 
 class _Turn:
     """Accumulates one transition's outputs; `freeze` returns the new State."""
 
-    def __init__(self, state: State, turn: int) -> None:
+    def __init__(self, state: State, turn: int, model) -> None:
+        self.lm = model
         self.s = state
         self.turn = turn
         self.tokens = list(state.tokens)
@@ -220,19 +228,24 @@ class _Turn:
         start = len(self.tokens)
         aid = self.artifact(type_, parents + self.last_block(), span=(start, start + len(tokens)))
         self.tokens.extend(tokens)
-        self.kv = lm.extend(self.kv, tokens)
-        self.blocks.append(Block(aid, kind, start, len(self.tokens)))
+        self.kv = self.lm.prefill(self.kv, tokens)
+        self.blocks.append(Block(aid, kind, start, len(self.tokens), len(tokens)))
         self.prefilled += len(tokens)
         return aid
 
     def decode(self, type_: str, n: int, salt: int) -> tuple[str, tuple[int, ...]]:
+        """The model's own tokens: a header prefill (the chat template's assistant turn),
+        then n tokens decoded one per forward."""
         cfg = self.s.config
         draw = lm.draws(cfg.seed, self.turn, salt, n) if cfg.sampling else None
         start = len(self.tokens)
-        out, self.kv = lm.decode(self.kv, n, draw)
-        aid = self.artifact(type_, self.last_block(), span=(start, start + n))
-        self.tokens.extend(out)
-        self.blocks.append(Block(aid, "assistant", start, len(self.tokens)))
+        head = self.lm.header(type_)
+        self.kv = self.lm.prefill(self.kv, head)
+        out, self.kv = self.lm.decode(self.kv, n, draw)
+        aid = self.artifact(type_, self.last_block(), span=(start, start + len(head) + n))
+        self.tokens.extend(head + out)
+        self.blocks.append(Block(aid, "assistant", start, len(self.tokens), len(head)))
+        self.prefilled += len(head)
         self.decoded += n
         return aid, out
 
@@ -261,9 +274,9 @@ class Meter:
     tokens_rematerialized: int = 0
 
 
-def step(state: State, obs: Observation, meter: Meter | None = None) -> State:
-    """F(R_{t-1}, o_t; θ) → R_t (Eq. 1)."""
-    b = _Turn(state, state.turn + 1)
+def step(state: State, obs: Observation, meter: Meter | None = None, model=lm.REFERENCE) -> State:
+    """F(R_{t-1}, o_t; θ) → R_t (Eq. 1). `model` is θ: the reference LM unless a real one is given."""
+    b = _Turn(state, state.turn + 1, model)
     fields = [b.field(obs.kind, part) for part in obs.parts]
     b.inputs = tuple(fields) + b.last_block()
     commit_pending(b, state.plan)
@@ -291,12 +304,12 @@ def commit_pending(b: _Turn, plan: tuple[ToolCall, ...]) -> None:
         b.env[key] = value
         b.ledger.append(LedgerEntry(call.call_id, call.tool, call.args, b.turn))
         cid = b.artifact("tool_call", (call.plan,), committed=True)
-        b.prefill("tool_result", "tool", (key, value % lm.VOCAB), (cid,))
+        b.prefill("tool_result", "tool", b.lm.encode("tool", f"{call.tool} key {key} value {value}"), (cid,))
 
 
 def observe(b: _Turn, kind: str, part: Part, field_id: str) -> None:
     """A field (the raw observation) → its prompt block; memory is also stored as a record."""
-    toks = lm.tokenize(part.text)
+    toks = b.lm.encode(kind, part.text)
     if kind == "memory":
         rec = b.artifact("memory_record", (field_id,))
         b.memory.append((rec, toks))
@@ -305,13 +318,13 @@ def observe(b: _Turn, kind: str, part: Part, field_id: str) -> None:
 
 def call_tool(b: _Turn, tool: str) -> tuple[ToolCall, ...]:
     """Decode a plan; run a read-only tool now, or leave a consequential one pending."""
-    plan_id, args = b.decode("plan", PLAN_TOKENS, salt=1)
+    plan_id, args = b.decode("plan", b.s.config.plan_tokens, salt=1)
     call_id = f"call-t{b.turn}"
     if tool in CONSEQUENTIAL_TOOLS:
         return (ToolCall(call_id, tool, args, plan_id),)
     key = args[0] % b.s.config.n_keys
     cid = b.artifact("tool_call", (plan_id,))
-    b.prefill("tool_result", "tool", (key, b.env.get(key, 0) % lm.VOCAB), (cid,))
+    b.prefill("tool_result", "tool", b.lm.encode("tool", f"{tool} key {key} value {b.env.get(key, 0)}"), (cid,))
     return ()
 
 
@@ -326,16 +339,16 @@ def compact(b: _Turn) -> tuple[int, ...]:
         keep.append(blk)
     tokens = [t for blk in keep for t in b.tokens[blk.start:blk.end]]
     start = len(tokens)
-    b.blocks = keep + [Block(sid, "summary", start, start + n)]
+    b.blocks = keep + [Block(sid, "summary", start, start + n, n)]
     b.tokens = tokens + list(summary)
-    b.kv = lm.extend((), tuple(b.tokens))  # rebuilt cache: the old one is not resident any more
+    b.kv = b.lm.rebuild(b.tokens, b.blocks)  # rebuilt cache: the old one is not resident any more
     b.prefilled += len(b.tokens)
     rec = b.artifact("memory_record", (sid,))  # summary write-back
     b.memory.append((rec, summary))
     return summary
 
 
-def layer_digests(state: State) -> dict[str, str]:
+def layer_digests(state: State, model=lm.REFERENCE) -> dict[str, str]:
     """One digest per layer of R, so that a mismatch names the layer that differs."""
 
     def h(obj) -> str:
@@ -345,8 +358,8 @@ def layer_digests(state: State) -> dict[str, str]:
              for a in state.artifacts]
     return {
         "turn": h(state.turn),
-        "transcript": h([state.tokens, [(b.artifact, b.kind, b.start, b.end) for b in state.blocks]]),
-        "kv": h(state.kv),
+        "transcript": h([state.tokens, [(b.artifact, b.kind, b.start, b.end, b.prefill) for b in state.blocks]]),
+        "kv": model.kv_digest(state.kv),
         "memory": h(state.memory),
         "summary": h(state.summary),
         "plan": h([(c.call_id, c.tool, c.args, c.plan) for c in state.plan]),

@@ -55,17 +55,18 @@ class OneTransitionShort(_Mutant):
         return self._finish(new, sources, tau, c.boundary, meter, replayed=replayed)
 
 
-def _without_artifacts(state, drop: set[str]):
-    """Remove the given artifacts' blocks from the context (and their graph nodes)."""
-    tokens, kv, blocks = [], [], []
+def _without_artifacts(state, drop: set[str], model):
+    """Remove the given artifacts' blocks from the context, keeping the other cache entries
+    as they are (stale: they were computed with z in context)."""
+    tokens, positions, blocks = [], [], []
     for b in state.blocks:
         if b.artifact in drop:
             continue
         start = len(tokens)
         tokens.extend(state.tokens[b.start:b.end])
-        kv.extend(state.kv[b.start:b.end])  # stale entries: they were computed with z in context
-        blocks.append(Block(b.artifact, b.kind, start, len(tokens)))
-    return replace(state, tokens=tuple(tokens), kv=tuple(kv), blocks=tuple(blocks))
+        positions.extend(range(b.start, b.end))
+        blocks.append(Block(b.artifact, b.kind, start, len(tokens), b.prefill))
+    return replace(state, tokens=tuple(tokens), kv=model.select(state.kv, positions), blocks=tuple(blocks))
 
 
 class SourceRedaction(_Mutant):
@@ -79,7 +80,7 @@ class SourceRedaction(_Mutant):
         direct = set(arts) | {a.id for a in r.artifacts
                               if a.type in ("block", "memory_record") and set(a.parents) & set(arts)
                               and a.parents[0] in arts}
-        r2 = _without_artifacts(r, direct)
+        r2 = _without_artifacts(r, direct, s.lm)
         r2 = replace(r2, memory=tuple(m for m in r.memory if m[0] not in direct),
                      artifacts=tuple(a for a in r.artifacts if a.id not in direct))
         new = replace(s, observations=counterfactual_stream(s.observations, sources),
@@ -95,7 +96,7 @@ class SanitizeWithoutReplay(_Mutant):
         arts, tau = _locate(s, sources)
         r = s.state
         taint = taint_closure(provenance_graph(r), arts)
-        r2 = _without_artifacts(r, taint)
+        r2 = _without_artifacts(r, taint, s.lm)
         r2 = replace(r2, memory=tuple(m for m in r.memory if m[0] not in taint),
                      plan=tuple(p for p in r.plan if p.plan not in taint),
                      summary=None if r.summary is not None and any(
@@ -114,7 +115,7 @@ class SpanExcision(_Mutant):
         arts, tau = _locate(s, sources)
         r = s.state
         spans = {a.id for a in r.artifacts if a.type == "block" and a.parents and a.parents[0] in arts}
-        r2 = _without_artifacts(r, spans)
+        r2 = _without_artifacts(r, spans, s.lm)
         new = replace(s, observations=counterfactual_stream(s.observations, sources),
                       states=s.states[:-1] + (r2,), forgotten=s.forgotten | set(sources))
         return self._finish(new, sources, tau, s.T, Meter())

@@ -1,0 +1,258 @@
+"""KVEngine: prefill, decode, crop and clone over a transformers causal LM, with counters.
+
+The engine runs the canonical schedule that defines F's bits (DESIGN: "bit-exact"): one
+forward per prefilled block, one forward per decoded token, batch size 1, a pinned thread
+count, deterministic algorithms. `TorchLM` puts it behind the LM interface that the shared
+scaffold (`unsee.model.state.step`) calls, so the agent semantics and the provenance graph
+are the reference's, and only θ differs.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import os
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+from unsee.model.session import UnseeError
+
+
+class ExactnessError(UnseeError, ValueError):
+    """A configuration that would silently break bit-exactness."""
+
+
+def pin_determinism(device: torch.device, threads: int) -> None:
+    """Same bits every run: one thread count, deterministic kernels (CUDA needs the
+    cuBLAS workspace setting before its first call)."""
+    torch.set_num_threads(threads)
+    if device.type == "cuda":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cudnn.benchmark = False
+        torch.use_deterministic_algorithms(True)
+
+
+def check_exact_config(model) -> None:
+    cfg = model.config
+    impl = getattr(cfg, "_attn_implementation", None) or "eager"
+    if impl not in ("eager", "sdpa"):
+        raise ExactnessError(f"attention implementation {impl!r} is not deterministic here; load with "
+                             "attn_implementation='eager' or 'sdpa'")
+    if model.training:
+        raise ExactnessError("the model is in training mode (dropout); call model.eval()")
+    for layer_type in getattr(cfg, "layer_types", None) or []:
+        if "sliding" in str(layer_type) and getattr(cfg, "sliding_window", None):
+            # A plain DynamicCache keeps every position, so cropping stays exact; refuse only
+            # if the context could exceed the window, where the model itself would differ.
+            pass
+
+
+class KVEngine:
+    """One session's cache over a shared model. Counts forwards and tokens."""
+
+    def __init__(self, model, device: torch.device, threads: int = 1) -> None:
+        check_exact_config(model)
+        self.model = model
+        self.device = device
+        self.threads = threads
+        pin_determinism(device, threads)
+        self.cache = DynamicCache()
+        self.logits: torch.Tensor | None = None  # [V] after the last forward
+        self.forwards = 0
+        self.tokens_prefilled = 0
+        self.tokens_decoded = 0
+
+    def __len__(self) -> int:
+        return self.cache.get_seq_length()
+
+    @torch.inference_mode()
+    def _forward(self, ids: list[int]) -> None:
+        input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)  # [1, S]
+        out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True)
+        self.logits = out.logits[0, -1].float()  # [V]
+        self.forwards += 1
+
+    def reset(self) -> None:
+        self.release()
+        self.cache = DynamicCache()
+        self.logits = None
+
+    def prefill(self, ids) -> None:
+        """One block as one forward."""
+        ids = list(ids)
+        if ids:
+            self._forward(ids)
+            self.tokens_prefilled += len(ids)
+
+    def decode(self, n: int, draws=None, temperature: float = 1.0) -> tuple[int, ...]:
+        """n tokens, one forward each; greedy, or sampled with one seeded generator per token.
+        Every decoded token is fed back, so the cache holds all of them."""
+        if n and self.logits is None:
+            raise UnseeError("decode needs logits from a prefill first (prefill a header)")
+        out = []
+        for i in range(n):
+            if draws is None:
+                tok = int(torch.argmax(self.logits))
+            else:
+                g = torch.Generator(device="cpu").manual_seed(int(draws[i]))
+                probs = torch.softmax(self.logits.cpu() / temperature, dim=-1)
+                tok = int(torch.multinomial(probs, 1, generator=g))
+            out.append(tok)
+            self._forward([tok])
+            self.tokens_decoded += 1
+        return tuple(out)
+
+    def teacher_force(self, ids) -> None:
+        """Recorded decoded tokens, fed with the same shapes as the original decode."""
+        for tok in ids:
+            self._forward([int(tok)])
+
+    def crop(self, length: int) -> None:
+        """Keep the first `length` positions; overwrite and release the dropped K/V bytes."""
+        n = len(self)
+        if length > n:
+            raise UnseeError(f"cannot crop a cache of {n} positions to {length}")
+        if length == n:
+            return
+        for layer in self.cache.layers:
+            if not getattr(layer, "is_initialized", False) or layer.keys is None or layer.keys.numel() == 0:
+                continue
+            with torch.inference_mode():
+                layer.keys[..., length:, :].zero_()
+                layer.values[..., length:, :].zero_()
+                layer.keys = layer.keys[..., :length, :].clone()  # fresh storage: no dropped bytes behind it
+                layer.values = layer.values[..., :length, :].clone()
+        self.logits = None
+
+    def select(self, positions) -> None:
+        """Keep only the given positions (used by the span-excision mutants)."""
+        idx = torch.tensor(list(positions), dtype=torch.long, device=self.device)
+        with torch.inference_mode():
+            for layer in self.cache.layers:
+                if getattr(layer, "is_initialized", False) and layer.keys is not None and layer.keys.numel():
+                    layer.keys = layer.keys.index_select(-2, idx).clone()
+                    layer.values = layer.values.index_select(-2, idx).clone()
+        self.logits = None
+
+    def release(self) -> None:
+        """Overwrite every K/V byte before dropping the cache."""
+        for layer in getattr(self.cache, "layers", []):
+            if getattr(layer, "is_initialized", False) and layer.keys is not None:
+                with torch.inference_mode():
+                    layer.keys.zero_()
+                    layer.values.zero_()
+
+    def clone(self) -> "KVEngine":
+        """A branch with its own cache over the same model (for paired comparisons)."""
+        other = KVEngine.__new__(KVEngine)
+        other.__dict__.update(self.__dict__)
+        other.cache = copy.deepcopy(self.cache)
+        other.logits = None if self.logits is None else self.logits.clone()
+        return other
+
+    def kv_tensors(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [(layer.keys, layer.values) for layer in self.cache.layers
+                if getattr(layer, "is_initialized", False) and layer.keys is not None]
+
+    @torch.inference_mode()
+    def probe(self, ids) -> torch.Tensor:
+        """Next-token logits after `ids`, on a throwaway copy of the cache."""
+        branch = self.clone()
+        branch._forward(list(ids))
+        logits = branch.logits.clone()
+        branch.release()
+        return logits
+
+
+def tensor_digest(tensors) -> str:
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(str(tuple(t.shape)).encode())
+        h.update(t.detach().to("cpu").contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class KVRef:
+    """The cache a state refers to: its length in context tokens and the engine epoch
+    (bumped whenever the cache is rebuilt). Only the live state's ref is resident."""
+
+    length: int
+    epoch: int
+
+
+class TorchLM:
+    """The LM interface of `unsee.model.state` over a KVEngine and a chat template."""
+
+    def __init__(self, bundle, device: torch.device | None = None, threads: int = 1) -> None:
+        self.bundle = bundle
+        self.name = bundle.name
+        self.template = bundle.template
+        self.engine = KVEngine(bundle.model, device or bundle.device, threads)
+        self.epoch = 0
+        self.bos = tuple(self.template.bos())
+
+    # -- tokens ---------------------------------------------------------------------------
+    def encode(self, kind: str, text: str) -> tuple[int, ...]:
+        return tuple(self.template.block(kind, text))
+
+    def header(self, purpose: str) -> tuple[int, ...]:
+        return tuple(self.template.header(purpose))
+
+    # -- the cache --------------------------------------------------------------------------
+    def _live(self, kv: KVRef) -> None:
+        if kv.epoch != self.epoch or kv.length + len(self.bos) != len(self.engine):
+            raise UnseeError(f"cache handle {kv} is not resident (engine epoch {self.epoch}, "
+                             f"length {len(self.engine)}); restore it from a checkpoint first")
+
+    def resident(self, kv) -> bool:
+        return isinstance(kv, KVRef) and kv.epoch == self.epoch and kv.length + len(self.bos) == len(self.engine)
+
+    def _ref(self) -> KVRef:
+        return KVRef(len(self.engine) - len(self.bos), self.epoch)
+
+    def empty(self) -> KVRef:
+        self.engine.reset()
+        self.epoch += 1
+        self.engine.prefill(self.bos)
+        return self._ref()
+
+    def prefill(self, kv: KVRef, tokens) -> KVRef:
+        self._live(kv)
+        self.engine.prefill(tokens)
+        return self._ref()
+
+    def decode(self, kv: KVRef, n: int, draws):
+        self._live(kv)
+        out = self.engine.decode(n, draws)
+        return out, self._ref()
+
+    def crop(self, kv: KVRef, n: int) -> KVRef:
+        self._live(kv)
+        self.engine.crop(len(self.bos) + n)
+        return self._ref()
+
+    def rebuild(self, tokens, blocks) -> KVRef:
+        """Re-materialize from recorded tokens on the canonical schedule (teacher-forced)."""
+        kv = self.empty()
+        for b in blocks:
+            self.engine.prefill(tokens[b.start:b.start + b.prefill])
+            self.engine.teacher_force(tokens[b.start + b.prefill:b.end])
+        kv = self._ref()
+        if kv.length != len(tokens):
+            raise UnseeError(f"re-materialized {kv.length} positions for {len(tokens)} recorded tokens")
+        return kv
+
+    def select(self, kv: KVRef, positions) -> KVRef:
+        self._live(kv)
+        b = len(self.bos)
+        self.engine.select(list(range(b)) + [p + b for p in positions])
+        return self._ref()
+
+    def kv_digest(self, kv: KVRef) -> str:
+        self._live(kv)
+        return tensor_digest(t for pair in self.engine.kv_tensors() for t in pair)
