@@ -8,10 +8,12 @@ are decoded by the model, and tool arguments are the tokens the model produced.
 
 from __future__ import annotations
 
+import copy
+
 from unsee.impl.engine import TorchLM
 from unsee.impl.models import load
 from unsee.model.runtime import ReferenceRuntime
-from unsee.model.state import Config
+from unsee.model.state import Config, Meter
 
 
 class KVRuntime(ReferenceRuntime):
@@ -26,6 +28,14 @@ class KVRuntime(ReferenceRuntime):
     def engine(self):
         return self.model.engine
 
+    def branch(self) -> "KVRuntime":
+        """A second runtime in exactly this state, with its own cache (for paired methods)."""
+        other = copy.copy(self)
+        other.model = self.model.branch()
+        other.session = self.session  # re-bound to the branch's own cache
+        other._meter = Meter()
+        return other
+
 
 def kv_factory_for(model: str, dtype: str = "float32", device: str | None = None):
     """For `unsee verify --engine kv`: one fresh runtime (own cache) per call, shared weights."""
@@ -37,3 +47,28 @@ def kv_factory_for(model: str, dtype: str = "float32", device: str | None = None
                              dtype=dtype, device=device)
         return factory
     return factory_for
+
+
+def make_runtime(model: str, config: Config = Config(), policy: str = "every", **kw) -> ReferenceRuntime:
+    """`reference` gives the pure-Python model (fast, for tests); anything else a KVRuntime."""
+    if model == "reference":
+        return ReferenceRuntime(config, policy)
+    return KVRuntime(model, config, policy, **kw)
+
+
+def open_runtime(store, **kw) -> ReferenceRuntime:
+    """A runtime holding the stored session; no cache is resident until a forget restores one."""
+    from unsee.impl.store import with_live_cache
+
+    model = store.meta("model")
+    rt = make_runtime(model, Config(), store.meta("policy"), **kw)
+    rt.session = with_live_cache(store.load(rt.model))
+    rt.config = rt.session.config
+    return rt
+
+
+def receipt_json(r) -> dict:
+    return {"sources": list(r.sources), "method": r.method, "tau": r.tau, "T": r.T, "checkpoint": r.checkpoint,
+            "transitions": r.transitions, "tokens_prefilled": r.tokens_prefilled, "tokens_decoded": r.tokens_decoded,
+            "tokens_rematerialized": r.tokens_rematerialized, "seconds": round(r.seconds, 4),
+            "digests": r.digests, "compensation": list(r.compensation), "deduplicated": list(r.deduplicated)}

@@ -115,6 +115,129 @@ def verify(engine: str = typer.Option("reference", help="reference | kv"),
         raise typer.Exit(1)
 
 
+def _fail(e: Exception, code: int = 2) -> None:
+    console.print(f"[red]error:[/red] {e}")
+    raise typer.Exit(code)
+
+
+@app.command()
+def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observation per line."),
+        db: Path = typer.Option(..., help="SQLite session store to create."),
+        model: str = typer.Option("tiny-llama", help="tiny-llama | tiny-qwen2 | tiny-mistral | smollm2 | reference | a path."),
+        max_new_tokens: int = typer.Option(8, help="Reply length for user lines that do not say."),
+        seed: Optional[int] = typer.Option(None, help="Sample with this seed (default: greedy decoding)."),
+        policy: str = typer.Option("every", help="Checkpoint policy: every | events | start.")) -> None:
+    """Run a session from an episode file and store it."""
+    from unsee.impl.agent import make_runtime
+    from unsee.impl.episode import parse_episode
+    from unsee.impl.store import Store
+    from unsee.model import Config, UnseeError
+
+    try:
+        stream = parse_episode(episode, max_new_tokens)  # every line is checked before anything is written
+        if db.exists() and Store(db).has_session():
+            raise UnseeError(f"{db} already holds a session; forget from it or pick a new --db path")
+        rt = make_runtime(model, Config(sampling=seed is not None, seed=seed), policy)
+    except (UnseeError, ValueError) as e:
+        _fail(e)
+    with _progress() as p:
+        task = p.add_task(f"run {episode.name} on {model}", total=len(stream))
+        for obs in stream:
+            rt.step(obs)
+            p.advance(task)
+    store = Store(db, create=True)
+    store.save(rt.session, model, dict(rt.digest()))
+    out.print(f"stored T={rt.session.T} transitions, {len(rt.session.checkpoints)} checkpoints, "
+              f"{len(rt.session.state.artifacts)} artifacts in {db}")
+
+
+@app.command()
+def forget(db: Path = typer.Option(..., help="The session store."),
+           source: list[str] = typer.Option(..., help="Source id to forget (repeatable)."),
+           method: str = typer.Option("B7", help="B7 (selective replay) or B5 (full reset)."),
+           json_path: Optional[Path] = typer.Option(None, "--json", help="Write the receipt here.")) -> None:
+    """Forget sources from a stored session and write the receipt."""
+    from unsee.impl.agent import open_runtime, receipt_json
+    from unsee.impl.store import Store
+    from unsee.model import UnseeError
+
+    if method not in ("B7", "B5"):
+        _fail(ValueError(f"method must be B7 or B5, got {method!r}"))
+    try:
+        store = Store(db)
+        rt = open_runtime(store)
+        with console.status(f"forgetting {source} ({method})"):
+            receipt = rt.forget(list(source), method=method)
+    except (UnseeError, ValueError) as e:
+        _fail(e)
+    doc = receipt_json(receipt)
+    store.save(rt.session, store.meta("model"), dict(rt.digest()), doc)
+    table = Table(title=f"receipt: forget {', '.join(source)} ({method})")
+    table.add_column("field")
+    table.add_column("value", justify="right")
+    for k in ("tau", "T", "checkpoint", "transitions", "tokens_prefilled", "tokens_decoded",
+              "tokens_rematerialized", "seconds"):
+        table.add_row(k, str(doc[k]))
+    table.add_row("compensation", str(len(doc["compensation"])))
+    out.print(table)
+    for c in doc["compensation"]:
+        console.print(f"[yellow]needs compensation[/yellow] {c['call_id']} ({c['tool']}): {c['reason']}")
+    _write_json(doc, json_path)
+
+
+@app.command()
+def check(db: Path = typer.Option(..., help="The session store."),
+          json_path: Optional[Path] = typer.Option(None, "--json", help="Write the report here.")) -> None:
+    """Re-derive the state by a full reset from the stored log and compare every layer."""
+    import json as _json
+
+    from unsee.impl.agent import make_runtime, open_runtime
+    from unsee.impl.store import Store
+    from unsee.model import UnseeError, layer_digests
+
+    try:
+        store = Store(db)
+        stored = open_runtime(store)
+    except (UnseeError, ValueError) as e:
+        _fail(e)
+    s = stored.session
+    fresh = make_runtime(store.meta("model"), s.config, s.policy)
+    with _progress() as p:
+        task = p.add_task("full reset from the log", total=s.T)
+        for obs in s.observations:
+            fresh.step(obs)
+            p.advance(task)
+    want = _json.loads(store.meta("digests"))
+    got = dict(fresh.digest())
+    mismatches = [{"layer": k, "t": s.T, "stored": want.get(k), "derived": got.get(k)}
+                  for k in sorted(set(want) | set(got)) if want.get(k) != got.get(k)]
+    for t, (a, b) in enumerate(zip(s.states, fresh.session.states)):
+        da, db_ = layer_digests(a), layer_digests(b)
+        for k in da:
+            if k != "kv" and da[k] != db_[k]:
+                mismatches.append({"layer": k, "t": t})
+    doc = {"exact": not mismatches, "T": s.T, "mismatches": mismatches}
+    out.print(f"[{'green' if doc['exact'] else 'red'}]exact={doc['exact']}[/] T={s.T}, "
+              f"{len(mismatches)} mismatching layers")
+    for m in mismatches[:20]:
+        console.print(f"  layer {m['layer']} differs at t={m['t']}")
+    _write_json(doc, json_path)
+    if mismatches:
+        raise typer.Exit(1)
+
+
+@app.command()
+def demo(model: str = typer.Option("smollm2", help="Model to run the story on."),
+         json_path: Optional[Path] = typer.Option(None, "--json", help="Write the outcome here.")) -> None:
+    """A two-minute story: reveal an address, derive from it, revoke it, forget it exactly."""
+    from unsee.impl.demo import run_demo
+
+    doc = run_demo(model, out)
+    _write_json(doc, json_path)
+    if not (doc["exact"] and doc["optimal"]):
+        raise typer.Exit(1)
+
+
 def main() -> None:  # pragma: no cover
     app(prog_name="unsee")
 

@@ -196,6 +196,12 @@ class TorchLM:
         self.epoch = 0
         self.bos = tuple(self.template.bos())
 
+    def branch(self) -> "TorchLM":
+        """The same θ with a cloned cache: a paired branch of the current state."""
+        other = copy.copy(self)
+        other.engine = self.engine.clone()
+        return other
+
     # -- tokens ---------------------------------------------------------------------------
     def encode(self, kind: str, text: str) -> tuple[int, ...]:
         return tuple(self.template.block(kind, text))

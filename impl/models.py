@@ -19,7 +19,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 TINY = ("tiny-llama", "tiny-qwen2", "tiny-mistral")
 ROLES = {"system": "system", "user": "user", "memory": "system", "tool": "user"}
 PREFIX = {"memory": "Memory: ", "tool": "Tool result: "}
-HEADERS = {"reply": "", "plan": "call send(", "summary": "Summary of the conversation so far: "}
+# What the scaffold prefills before the model writes a tool call or a memory write-back.
+HEADERS = {"reply": "", "plan": 'Calling ship_gift(address="', "summary": "Facts to remember about the user:"}
 
 
 class UnknownModel(UnseeError, ValueError):

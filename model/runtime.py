@@ -5,6 +5,8 @@ from __future__ import annotations
 from unsee.model.session import (
     Receipt, Session, append, full_reset, new_session, provenance_graph, selective_replay,
 )
+from dataclasses import replace
+
 from unsee.model.lm import REFERENCE
 from unsee.model.state import Config, Meter, Observation, layer_digests
 
@@ -21,8 +23,17 @@ class ReferenceRuntime:
         self.reset()
 
     def reset(self) -> None:
-        self.session: Session = new_session(self.config, self.policy, self.model)
+        self.session = new_session(self.config, self.policy, self.model)
         self._meter = Meter()
+
+    @property
+    def session(self) -> Session:
+        return self._session
+
+    @session.setter
+    def session(self, s: Session) -> None:
+        # a session always runs on this runtime's θ and cache, even when it came from elsewhere
+        self._session = s if s.lm is self.model else replace(s, lm=self.model)
 
     def step(self, obs: Observation) -> None:
         self.session, _ = append(self.session, obs, self._meter)

@@ -1,0 +1,128 @@
+"""`unsee demo`: a user reveals a home address, the agent folds it into a tool call and a
+summary, the user revokes it. Deleting the memory record (B1) leaves it behind; selective
+replay (B7) forgets it, and the result is checked bit for bit against a full reset (B5)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from unsee.impl.agent import KVRuntime, receipt_json
+from unsee.impl.exact import PROBES, compare
+from unsee.model.state import Config, Observation, Part
+
+TARGET = "addr"
+NEEDLES = ("Wallaby", "42")
+EPISODE = (
+    Observation("system", (Part("sys", "You are a helpful shopping assistant. Keep answers short."),)),
+    Observation("user", (Part("u1", "Hi! I want to order a birthday gift for my sister."),), reply=16),
+    Observation("memory", (Part(TARGET, "The user's home address is 42 Wallaby Way, Sydney."),)),
+    Observation("user", (Part("u2", "Please ship the gift to my home address."),), reply=16, tool="send"),
+    Observation("tool", (Part("shop", "Order 1182 created. Delivery in 3 days."),), reply=12),
+    Observation("user", (Part("u3", "Great. Please summarize this conversation."),), reply=8, compact=True),
+    Observation("user", (Part("u4", "Thanks, that is all for today."),), reply=12),
+)
+CONFIG = Config(summary_tokens=32, plan_tokens=16)
+
+
+def layers_text(rt) -> dict[str, str]:
+    """The human-readable content of each layer of the live state."""
+    s, tmpl = rt.session.state, rt.model.template
+    return {
+        "observation log": " | ".join(p.text for o in rt.session.observations for p in o.parts),
+        "context (KV)": tmpl.detokenize(s.tokens),
+        "memory": " | ".join(tmpl.detokenize(t) for _, t in s.memory),
+        "summary": tmpl.detokenize(s.summary or ()),
+        "tool calls (ledger)": " | ".join(tmpl.detokenize(e.args) for e in s.ledger),
+        "pending plan": " | ".join(tmpl.detokenize(c.args) for c in s.plan),
+    }
+
+
+def memory_delete(rt, sources) -> None:
+    """B1: remove the persistent memory record; the session itself is untouched."""
+    s = rt.session
+    arts = {a.id: a for a in s.state.artifacts}
+    kept = tuple(m for m in s.state.memory if not (arts[m[0]].source_ids & set(sources) and
+                                                     arts[m[0]].type == "memory_record" and
+                                                     all(arts[p].parents == () for p in arts[m[0]].parents[:1])))
+    rt.session = replace(s, states=s.states[:-1] + (replace(s.state, memory=kept),))
+
+
+def probe_kl(a, b) -> float:
+    """Mean KL(P_b || P_a) of next-token distributions over the probe prompts."""
+    total = 0.0
+    for p in PROBES:
+        ids = a.model.encode("user", p) + a.model.header("reply")
+        la, lb = a.model.engine.probe(ids), b.model.engine.probe(ids)
+        pa, pb = torch.log_softmax(la, -1), torch.log_softmax(lb, -1)
+        total += float(torch.sum(pb.exp() * (pb - pa)))
+    return total / len(PROBES)
+
+
+def run_demo(model: str = "smollm2", console: Console | None = None) -> dict:
+    con = console or Console()
+    con.rule("[bold]unsee demo[/bold]")
+    with con.status(f"loading {model} (offline)…"):
+        t0 = time.perf_counter()
+        live = KVRuntime(model, CONFIG)
+    con.print(f"loaded {model} in {time.perf_counter() - t0:.1f}s")
+
+    with con.status("running the session: 7 observations"):
+        for i, obs in enumerate(EPISODE, 1):
+            live.step(obs)
+            con.print(f"  t={i} {obs.kind:<6} {obs.parts[0].text!r}")
+    con.print("\n[bold]What the agent derived from the address[/bold]")
+    for name, text in layers_text(live).items():
+        if name != "context (KV)":
+            con.print(f"  {name}: {text.strip()[:200]!r}")
+
+    with con.status("branching B1 (memory delete), B7 (selective replay) and B5 (full reset)"):
+        b1, b7, b5 = live.branch(), live.branch(), live.branch()  # paired: the same contaminated state
+        memory_delete(b1, [TARGET])
+        receipt = b7.forget([TARGET], method="B7")
+        full = b5.forget([TARGET], method="B5")
+
+    table = Table(title="Where the address survives (string search for 'Wallaby')")
+    table.add_column("layer")
+    for col in ("B0 no forget", "B1 memory delete", "B7 selective replay", "B5 full reset"):
+        table.add_column(col, justify="center")
+    texts = [layers_text(rt) for rt in (live, b1, b7, b5)]
+    for layer in texts[0]:
+        table.add_row(layer, *("[red]yes[/red]" if "Wallaby" in t[layer] else "no" for t in texts))
+    con.print(table)
+
+    eq1, eq7 = compare(b1, b5), compare(b7, b5)
+    t2 = Table(title="Equal to the full reset B5? (K/V and probe logits under torch.equal)")
+    t2.add_column("layer")
+    t2.add_column("B1", justify="center")
+    t2.add_column("B7", justify="center")
+    for k in eq7:
+        t2.add_row(k, *("[green]equal[/green]" if e[k] else "[red]differs[/red]" for e in (eq1, eq7)))
+    kl1, kl7 = probe_kl(b1, b5), probe_kl(b7, b5)
+    t2.add_row("probe KL vs B5", f"{kl1:.4g}", f"{kl7:.4g}")
+    con.print(t2)
+
+    r = receipt_json(receipt)
+    t3 = Table(title="B7 receipt")
+    t3.add_column("field")
+    t3.add_column("B7", justify="right")
+    t3.add_column("B5", justify="right")
+    f = receipt_json(full)
+    for k in ("tau", "T", "checkpoint", "transitions", "tokens_prefilled", "tokens_decoded",
+              "tokens_rematerialized", "seconds"):
+        t3.add_row(k, str(r[k]), str(f[k]))
+    con.print(t3)
+    for c in r["compensation"]:
+        con.print(f"[yellow]side effect {c['call_id']} ({c['tool']}) was committed with the address; "
+                  f"the counterfactual agent would not make it as is ({c['reason']}): compensate it.[/yellow]")
+    exact = all(eq7.values())
+    optimal = r["transitions"] == r["T"] - r["tau"] + 1
+    con.print(f"\n[bold]{'B7 is bit-exact against a full reset' if exact else 'B7 DIFFERS from the full reset'}"
+              f"[/bold], with {r['transitions']} = T−τ+1 = {r['T']}−{r['tau']}+1 transitions "
+              f"instead of {f['transitions']}." if optimal else "transition count is not T−τ+1")
+    return {"exact": exact, "optimal": optimal, "b1_equal_b5": all(eq1.values()), "receipt": r,
+            "kl_b1": kl1, "kl_b7": kl7}

@@ -1,0 +1,73 @@
+"""Episode files: one JSON object per line, one observation per line (T = number of lines).
+
+    {"kind": "system"|"user"|"memory"|"tool", "source": "<id>", "text": "...",
+     "reply": <max new tokens, optional>, "tool": "lookup"|"send" (optional),
+     "compact": true|false (optional)}
+
+Every line is validated before anything runs; errors name the line and the reason.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from unsee.model.session import UnseeError
+from unsee.model.state import KINDS, TOOLS, Observation, Part
+
+KEYS = {"kind", "source", "text", "reply", "tool", "compact"}
+
+
+class EpisodeError(UnseeError, ValueError):
+    pass
+
+
+def parse_line(n: int, line: str, default_reply: int) -> Observation:
+    try:
+        d = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise EpisodeError(f"line {n}: not JSON ({e.msg} at column {e.colno})") from None
+    if not isinstance(d, dict):
+        raise EpisodeError(f"line {n}: expected a JSON object, got {type(d).__name__}")
+    extra = set(d) - KEYS
+    if extra:
+        raise EpisodeError(f"line {n}: unknown field(s) {sorted(extra)}; allowed: {sorted(KEYS)}")
+    if d.get("kind") not in KINDS:
+        raise EpisodeError(f"line {n}: kind must be one of {list(KINDS)}, got {d.get('kind')!r}")
+    src = d.get("source")
+    if not isinstance(src, str) or not src:
+        raise EpisodeError(f"line {n}: source must be a non-empty string, got {src!r}")
+    if not isinstance(d.get("text"), str):
+        raise EpisodeError(f"line {n}: text must be a string, got {d.get('text')!r}")
+    reply = d.get("reply", default_reply if d["kind"] == "user" else 0)
+    if not isinstance(reply, int) or isinstance(reply, bool) or reply < 0:
+        raise EpisodeError(f"line {n}: reply must be a non-negative integer (tokens), got {reply!r}")
+    tool = d.get("tool")
+    if tool is not None and tool not in TOOLS:
+        raise EpisodeError(f"line {n}: tool must be one of {list(TOOLS)}, got {tool!r}")
+    compact = d.get("compact", False)
+    if not isinstance(compact, bool):
+        raise EpisodeError(f"line {n}: compact must be true or false, got {compact!r}")
+    return Observation(d["kind"], (Part(src, d["text"]),), reply, tool, compact)
+
+
+def parse_episode(path: Path, default_reply: int = 8) -> list[Observation]:
+    if not path.exists():
+        raise EpisodeError(f"episode file {path} does not exist")
+    lines = path.read_text().splitlines()
+    if not lines:
+        raise EpisodeError(f"{path} is empty: an episode needs at least one observation")
+    return [parse_line(n, line, default_reply) for n, line in enumerate(lines, 1)]
+
+
+def write_episode(path: Path, observations) -> None:
+    rows = []
+    for o in observations:
+        for p in o.parts:
+            d = {"kind": o.kind, "source": p.source, "text": p.text, "reply": o.reply}
+            if o.tool:
+                d["tool"] = o.tool
+            if o.compact:
+                d["compact"] = True
+            rows.append(json.dumps(d))
+    path.write_text("\n".join(rows) + "\n")
