@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import copy
 
-from unsee.impl.engine import TorchLM
-from unsee.impl.models import load
 from unsee.model.runtime import ReferenceRuntime
 from unsee.model.state import Config, Meter
 
@@ -21,6 +19,9 @@ class KVRuntime(ReferenceRuntime):
 
     def __init__(self, model: str = "tiny-llama", config: Config = Config(), policy: str = "every",
                  dtype: str = "float32", device: str | None = None, threads: int = 1) -> None:
+        from unsee.impl.engine import TorchLM  # torch loads only when a real model is asked for
+        from unsee.impl.models import load
+
         self.bundle = load(model, dtype=dtype, device=device)
         super().__init__(config, policy, TorchLM(self.bundle, threads=threads))
 
@@ -39,6 +40,8 @@ class KVRuntime(ReferenceRuntime):
 
 def kv_factory_for(model: str, dtype: str = "float32", device: str | None = None):
     """For `unsee verify --engine kv`: one fresh runtime (own cache) per call, shared weights."""
+    from unsee.impl.models import load
+
     load(model, dtype=dtype, device=device)  # load once, before the first example
 
     def factory_for(cfg: dict):

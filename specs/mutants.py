@@ -37,8 +37,13 @@ class CropAtTau(_Mutant):
         s = self.session
         _, tau = _locate(s, sources)
         meter = Meter()
-        new, _, _, replayed = _replay(s, s.states[tau], tau, sources, meter)
-        return self._finish(new, sources, tau, tau, meter, replayed=replayed)
+        c = min((c for c in s.checkpoints if c.boundary >= tau), key=lambda c: c.boundary, default=None)
+        if c is None:  # no checkpoint at or after τ: crop the live state instead
+            start, boundary = s.state, s.T
+        else:
+            start, boundary = restore(s, c, meter), c.boundary
+        new, _, _, replayed = _replay(s, start, boundary, sources, meter)
+        return self._finish(new, sources, tau, boundary, meter, replayed=replayed)
 
 
 class OneTransitionShort(_Mutant):

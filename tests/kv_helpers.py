@@ -1,0 +1,27 @@
+"""Shared fixtures for the real-engine tiers."""
+
+from unsee.impl.agent import KVRuntime
+from unsee.model import Config, Observation, Part
+
+FAMILIES = ("tiny-llama", "tiny-qwen2", "tiny-mistral")
+
+EPISODE = (
+    Observation("system", (Part("sys", "you are an agent"),)),
+    Observation("user", (Part("u1", "plan the trip to the coast"),), reply=4),
+    Observation("memory", (Part("z", "alice lives at 12 elm street"),)),
+    Observation("user", (Part("u2", "send it to her"),), reply=3, tool="send"),
+    Observation("tool", (Part("t1", "ok booked"),), reply=3, tool="lookup"),
+    Observation("user", (Part("u3", "summarize please"),), reply=2, compact=True),
+    Observation("user", (Part("u4", "thanks"),), reply=3),
+)
+
+
+def kv_factory(model, policy="every", dtype="float32", **cfg):
+    return lambda: KVRuntime(model, Config(**cfg), policy, dtype=dtype)
+
+
+def drive(rt, stream):
+    rt.reset()
+    for o in stream:
+        rt.step(o)
+    return rt

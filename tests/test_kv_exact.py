@@ -1,0 +1,88 @@
+"""Bit-exactness on the real engine: the specs, torch.equal per layer, probes, the differential."""
+
+import pytest
+import torch
+
+from unsee.impl.exact import compare
+from unsee.model import Config, ReferenceRuntime
+from unsee.specs import statements as S
+from unsee.specs.harness import verify
+from unsee.specs.mutants import MUTANTS, ReusePostTauCache
+from unsee.impl.agent import KVRuntime, kv_factory_for
+from tests.kv_helpers import EPISODE, FAMILIES, drive, kv_factory
+
+
+@pytest.mark.parametrize("model", FAMILIES)
+def test_random_sessions_forget_exactly_and_optimally(model):
+    doc = verify(kv_factory_for(model), examples=12, seed=1, max_ops=8, engine=model)
+    assert doc["failures"] == [], doc["failures"]
+    assert doc["forgets"] > 0 and doc["exact"] == doc["optimal_invocations"] == doc["forgets"]
+
+
+@pytest.mark.parametrize("model", FAMILIES)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_selective_replay_equals_full_reset_under_torch_equal(model, dtype):
+    b7 = drive(kv_factory(model, dtype=dtype)(), EPISODE)
+    receipt = b7.forget(["z"])
+    b5 = drive(kv_factory(model, dtype=dtype)(), EPISODE)
+    b5.forget(["z"], method="B5")
+    eq = compare(b7, b5)
+    assert all(eq.values()), eq
+    assert receipt.transitions == len(EPISODE) - 3 + 1
+
+
+@pytest.mark.parametrize("model", FAMILIES)
+def test_every_statement_holds_on_the_real_engine(model):
+    ob = S.observe(kv_factory(model), EPISODE, ["z"])
+    S.check_all(ob)
+    S.assumption_a1_deterministic_decoding(kv_factory(model, sampling=True, seed=3), EPISODE)
+
+
+def test_unseeded_sampling_on_the_real_engine_is_an_a1_violation():
+    with pytest.raises(S.AssumptionViolated, match="A1"):
+        S.assumption_a1_deterministic_decoding(kv_factory("tiny-llama", sampling=True, seed=None), EPISODE)
+
+
+@pytest.mark.parametrize("policy", ["every", "events", "start"])
+def test_model_and_impl_agree_on_tau_closure_checkpoint_and_counts(policy):
+    ref = S.observe(lambda: ReferenceRuntime(Config(), policy), EPISODE, ["z"])
+    kv = S.observe(kv_factory("tiny-llama", policy=policy), EPISODE, ["z"])
+    shape = lambda ob: sorted((ob.graphs[-1].nodes[a]["type"], ob.graphs[-1].nodes[a]["turn"])  # noqa: E731
+                              for a in ob.receipt.taint)
+    assert ref.tau == kv.tau == 3
+    assert shape(ref) == shape(kv)
+    assert ref.receipt.checkpoint == kv.receipt.checkpoint
+    assert ref.receipt.transitions == kv.receipt.transitions
+    assert ref.twin_invocations == kv.twin_invocations == len(EPISODE)
+
+
+KV_MUTANTS = [m for m in MUTANTS if m is not ReusePostTauCache]
+
+
+@pytest.mark.parametrize("mutant", KV_MUTANTS, ids=lambda m: m.name)
+def test_mutant_is_caught_on_the_real_engine(mutant):
+    cls = type(f"KV{mutant.__name__}", (mutant, KVRuntime), {})
+    with pytest.raises(S.SpecViolation, match="Theorem 1"):
+        S.check_all(S.observe(lambda: cls("tiny-llama", Config()), EPISODE, ["z"]))
+
+
+def test_reused_post_tau_cache_differs_bitwise():
+    """The reuse mutant on the real engine: keep the contaminated cache prefix after replay."""
+    b7 = drive(kv_factory("tiny-llama")(), EPISODE)
+    old = [(k.clone(), v.clone()) for k, v in b7.engine.kv_tensors()]
+    b7.forget(["z"])
+    new = b7.engine.kv_tensors()
+    n = min(old[0][0].shape[-2], new[0][0].shape[-2])
+    assert not all(torch.equal(o[0][..., :n, :], w[0][..., :n, :]) for o, w in zip(old, new))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("model", FAMILIES)
+def test_bit_exact_on_cuda(model):
+    f = lambda: KVRuntime(model, Config(), "every", device="cuda")  # noqa: E731
+    b7, b5 = drive(f(), EPISODE), drive(f(), EPISODE)
+    b7.forget(["z"])
+    b5.forget(["z"], method="B5")
+    eq = compare(b7, b5)
+    assert all(eq.values()), eq
