@@ -238,6 +238,125 @@ def demo(model: str = typer.Option("smollm2", help="Model to run the story on.")
         raise typer.Exit(1)
 
 
+AUDIT_TABLES = (
+    ("Table 1: leakage after a task continuation", ("exact_leak", "action_leak", "any_leak", "cad", "utility")),
+    ("Table 2: elicitation and stochastic audits", ("leak_at_probes", "leak_at_5")),
+    ("Table 3: behavioral extraction (avoid-rate of the revoked preference)", ("avoid_rate",)),
+    ("Table 4: string-free divergence from B5 on the probe prompts", ("divergence_kl", "divergence_tv")),
+)
+
+
+def _fmt(v) -> str:
+    return "—" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
+
+
+def audit_markdown(doc: dict) -> str:
+    lines = [f"# unsee audit: {doc['suite']}, n={doc['n']}, model {doc['model']}", ""]
+    for title, cols in AUDIT_TABLES:
+        if all(doc["methods"][m].get(c) is None for m in doc["methods"] for c in cols):
+            continue
+        lines += [f"## {title}", "", "| method | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+        for m, d in doc["methods"].items():
+            lines.append(f"| {m} | " + " | ".join(_fmt(d.get(c)) for c in cols) + " |")
+        lines.append("")
+    probes = list(next(iter(doc["methods"].values()))["probes"])
+    lines += ["## Leak per probe", "", "| method | " + " | ".join(probes) + " |", "|---" * (len(probes) + 1) + "|"]
+    for m, d in doc["methods"].items():
+        lines.append(f"| {m} | " + " | ".join(_fmt(d["probes"][p]) for p in probes) + " |")
+    lines += ["", f"Floor (B5) flagged probes: {doc['floor']['flagged_probes'] or 'none'}", "",
+              "## Paired tests against B5", "", "| method | McNemar any-leak p | Wilcoxon KL p | TOST (B7) |",
+              "|---|---|---|---|"]
+    for m, t in doc["tests"].items():
+        tost_s = "" if "tost_kl" not in t else (f"equivalent={t['tost_kl']['equivalent']} (margin "
+                                               f"{t['tost_kl']['margin']} nats, p={_fmt(t['tost_kl']['p'])})")
+        lines.append(f"| {m} | {_fmt(t['mcnemar_any_leak_p'])} | {_fmt(t['wilcoxon_kl_p'])} | {tost_s} |")
+    return "\n".join(lines) + "\n"
+
+
+@app.command()
+def audit(suite: str = typer.Option("memory", help="agentdojo | agentdojo:<suite> | memory | preference"),
+          n: int = typer.Option(4, help="Episodes."),
+          methods: str = typer.Option("B0,B1,B2,B3,B4,B5,B6,B7,B8,B9,span", help="Comma-separated methods."),
+          model: str = typer.Option("tiny-llama", help="Model name or path."),
+          seed: int = typer.Option(0, help="Episode and sampling seed."),
+          tokens: int = typer.Option(24, help="Tokens decoded per reply, probe and sample."),
+          json_path: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
+          markdown: Optional[Path] = typer.Option(None, help="Write the tables as Markdown here.")) -> None:
+    """Apply B0–B9 to the same contaminated states and audit each against B5."""
+    from unsee.impl.audit import run_audit
+    from unsee.impl.baselines import METHODS
+
+    chosen = [m.strip() for m in methods.split(",") if m.strip()]
+    bad = [m for m in chosen if m not in METHODS]
+    if bad or n < 1:
+        _fail(ValueError(f"unknown method(s) {bad}; choose from {', '.join(METHODS)}" if bad else "--n must be >= 1"))
+    with _progress() as p:
+        task = p.add_task(f"audit {suite} on {model}", total=n)
+        try:
+            doc = run_audit(model, suite, n, chosen, seed, tokens,
+                            on_episode=lambda i, name: p.update(task, completed=i, description=f"audit {name}"))
+        except ValueError as e:
+            _fail(e)
+    for title, cols in AUDIT_TABLES:
+        if all(doc["methods"][m].get(c) is None for m in doc["methods"] for c in cols):
+            continue
+        t = Table(title=title)
+        t.add_column("method")
+        for c in cols:
+            t.add_column(c, justify="right")
+        for m, d in doc["methods"].items():
+            t.add_row(m, *(_fmt(d.get(c)) for c in cols))
+        out.print(t)
+    out.print(f"floor (B5) flagged probes: {doc['floor']['flagged_probes'] or 'none'}; "
+              f"B7 identical to B5 in every cell: {doc['tests'].get('B7', {}).get('identical_to_B5')}")
+    _write_json(doc, json_path)
+    if markdown is not None:
+        markdown.write_text(audit_markdown(doc))
+        console.print(f"[dim]wrote {markdown}[/dim]")
+
+
+@app.command("convert-agentdojo")
+def convert_agentdojo(suite: Optional[str] = typer.Option(None, help="workspace | travel | banking | slack (default all)."),
+                      limit: Optional[int] = typer.Option(None, help="Convert only the first N pairs."),
+                      benign_turns: int = typer.Option(0, help="Benign setup turns before the task (a shared prefix)."),
+                      out_dir: Optional[Path] = typer.Option(None, "--out", help="Write one episode .jsonl per pair here."),
+                      json_path: Optional[Path] = typer.Option(None, "--json", help="Write the tally as JSON here.")) -> None:
+    """Convert AgentDojo v1.2.2 (user task, injection task) pairs into unsee episodes."""
+    import itertools
+    import time
+
+    from unsee.impl.agentdojo import convert, pairs
+    from unsee.impl.episode import write_episode
+    from unsee.model import UnseeError
+
+    try:
+        todo = list(itertools.islice(pairs(suite), limit))
+    except (UnseeError, KeyError) as e:
+        _fail(e)
+    failures, per_suite = [], {}
+    t0 = time.perf_counter()
+    with _progress() as p:
+        task = p.add_task("converting", total=len(todo))
+        for s, u, i in todo:
+            try:
+                ep = convert(s, u, i, benign_turns=benign_turns)
+                per_suite[s] = per_suite.get(s, 0) + 1
+                if out_dir is not None:
+                    out_dir.mkdir(parents=True, exist_ok=True)
+                    write_episode(out_dir / f"{s}-{u}-{i}.jsonl", ep.observations)
+            except UnseeError as e:
+                failures.append({"pair": [s, u, i], "error": str(e)})
+            p.advance(task)
+    doc = {"pairs": len(todo), "converted": sum(per_suite.values()), "per_suite": per_suite,
+           "failures": failures, "seconds": round(time.perf_counter() - t0, 1)}
+    out.print(f"converted {doc['converted']}/{doc['pairs']} pairs in {doc['seconds']}s: {per_suite}")
+    for f in failures[:10]:
+        console.print(f"[red]{'/'.join(f['pair'])}[/red]: {f['error']}")
+    _write_json(doc, json_path)
+    if failures:
+        raise typer.Exit(1)
+
+
 def main() -> None:  # pragma: no cover
     app(prog_name="unsee")
 

@@ -4,6 +4,9 @@
      "reply": <max new tokens, optional>, "tool": "lookup"|"send" (optional),
      "compact": true|false (optional)}
 
+A line may give "parts": [{"source", "text"[, "instead_of"]}, ...] instead of source and
+text, for an observation that mixes sources (a tool result with an injected span).
+
 Every line is validated before anything runs; errors name the line and the reason.
 """
 
@@ -15,7 +18,7 @@ from pathlib import Path
 from unsee.model.session import UnseeError
 from unsee.model.state import KINDS, TOOLS, Observation, Part
 
-KEYS = {"kind", "source", "text", "reply", "tool", "compact"}
+KEYS = {"kind", "source", "text", "parts", "reply", "tool", "compact"}
 
 
 class EpisodeError(UnseeError, ValueError):
@@ -34,11 +37,24 @@ def parse_line(n: int, line: str, default_reply: int) -> Observation:
         raise EpisodeError(f"line {n}: unknown field(s) {sorted(extra)}; allowed: {sorted(KEYS)}")
     if d.get("kind") not in KINDS:
         raise EpisodeError(f"line {n}: kind must be one of {list(KINDS)}, got {d.get('kind')!r}")
-    src = d.get("source")
-    if not isinstance(src, str) or not src:
-        raise EpisodeError(f"line {n}: source must be a non-empty string, got {src!r}")
-    if not isinstance(d.get("text"), str):
-        raise EpisodeError(f"line {n}: text must be a string, got {d.get('text')!r}")
+    if "parts" in d:
+        if "source" in d or "text" in d:
+            raise EpisodeError(f"line {n}: give either parts or source and text, not both")
+        raw = d["parts"]
+        if not isinstance(raw, list) or not all(isinstance(p, dict) for p in raw):
+            raise EpisodeError(f"line {n}: parts must be a list of objects with source and text")
+    else:
+        raw = [{"source": d.get("source"), "text": d.get("text")}]
+    parts = []
+    for p in raw:
+        src, text, alt = p.get("source"), p.get("text"), p.get("instead_of")
+        if not isinstance(src, str) or not src:
+            raise EpisodeError(f"line {n}: source must be a non-empty string, got {src!r}")
+        if not isinstance(text, str):
+            raise EpisodeError(f"line {n}: text must be a string, got {text!r}")
+        if alt is not None and not isinstance(alt, str):
+            raise EpisodeError(f"line {n}: instead_of must be a source id, got {alt!r}")
+        parts.append(Part(src, text, alt))
     reply = d.get("reply", default_reply if d["kind"] == "user" else 0)
     if not isinstance(reply, int) or isinstance(reply, bool) or reply < 0:
         raise EpisodeError(f"line {n}: reply must be a non-negative integer (tokens), got {reply!r}")
@@ -48,7 +64,7 @@ def parse_line(n: int, line: str, default_reply: int) -> Observation:
     compact = d.get("compact", False)
     if not isinstance(compact, bool):
         raise EpisodeError(f"line {n}: compact must be true or false, got {compact!r}")
-    return Observation(d["kind"], (Part(src, d["text"]),), reply, tool, compact)
+    return Observation(d["kind"], tuple(parts), reply, tool, compact)
 
 
 def parse_episode(path: Path, default_reply: int = 8) -> list[Observation]:
@@ -63,11 +79,16 @@ def parse_episode(path: Path, default_reply: int = 8) -> list[Observation]:
 def write_episode(path: Path, observations) -> None:
     rows = []
     for o in observations:
-        for p in o.parts:
-            d = {"kind": o.kind, "source": p.source, "text": p.text, "reply": o.reply}
-            if o.tool:
-                d["tool"] = o.tool
-            if o.compact:
-                d["compact"] = True
-            rows.append(json.dumps(d))
+        d = {"kind": o.kind}
+        if len(o.parts) == 1 and o.parts[0].instead_of is None:
+            d.update(source=o.parts[0].source, text=o.parts[0].text)
+        else:
+            d["parts"] = [{"source": p.source, "text": p.text, **({"instead_of": p.instead_of} if p.instead_of else {})}
+                          for p in o.parts]
+        d["reply"] = o.reply
+        if o.tool:
+            d["tool"] = o.tool
+        if o.compact:
+            d["compact"] = True
+        rows.append(json.dumps(d))
     path.write_text("\n".join(rows) + "\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,9 +36,22 @@ class WordTemplate:
 
     def __init__(self, vocab: int) -> None:
         self.vocab = vocab
+        self.names = {v: k for k, v in self.SPECIAL.items()}
+        self.words: dict[int, str] = {}  # id → the word that produced it, for detokenize
 
     def word(self, w: str) -> int:
-        return 10 + zlib.crc32(w.encode()) % (self.vocab - 10)
+        m = re.fullmatch(r"<\|(\w+)\|>", w)
+        if m and m.group(1) in self.SPECIAL:
+            return self.SPECIAL[m.group(1)]
+        m = re.fullmatch(r"w(\d+)", w)
+        if m and int(m.group(1)) < self.vocab:
+            return int(m.group(1))
+        i = 10 + zlib.crc32(w.encode()) % (self.vocab - 10)
+        self.words.setdefault(i, w)
+        return i
+
+    def encode_raw(self, text: str):
+        return [self.word(w) for w in text.split()]
 
     def bos(self):
         return [self.SPECIAL["bos"]]
@@ -51,7 +65,8 @@ class WordTemplate:
         return [s["im_start"], s["assistant"]] + ([s[purpose]] if purpose in s else [])
 
     def detokenize(self, ids) -> str:
-        return " ".join(f"w{i}" for i in ids)
+        """Inverse of encode_raw for every id this template produced (others print as w<id>)."""
+        return " ".join(f"<|{self.names[i]}|>" if i in self.names else self.words.get(i, f"w{i}") for i in ids)
 
 
 class ChatMLTemplate:
@@ -75,6 +90,9 @@ class ChatMLTemplate:
 
     def detokenize(self, ids) -> str:
         return self.tok.decode(list(ids), skip_special_tokens=False)
+
+    def encode_raw(self, text: str):
+        return self._ids(text)
 
 
 @dataclass

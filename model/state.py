@@ -35,10 +35,16 @@ TOOLS = READ_ONLY_TOOLS + CONSEQUENTIAL_TOOLS
 
 @dataclass(frozen=True)
 class Part:
-    """One span of an observation, with the source id a forget request can name."""
+    """One span of an observation, with the source id a forget request can name.
+
+    instead_of: a span that exists only in the world without that target (a value the
+    target changed, e.g. a file size that counts the injected bytes). It is hidden while
+    the target is present and becomes an ordinary span once the target is removed.
+    """
 
     source: str
     text: str
+    instead_of: str | None = None
 
 
 @dataclass(frozen=True)
@@ -65,20 +71,26 @@ class Observation:
             raise ValueError(f"reply must be >= 0 tokens, got {self.reply}")
 
     @property
+    def visible(self) -> tuple[Part, ...]:
+        """The parts F reads: everything but counterfactual-only spans."""
+        return tuple(p for p in self.parts if p.instead_of is None)
+
+    @property
     def sources(self) -> frozenset[str]:
-        return frozenset(p.source for p in self.parts)
+        return frozenset(p.source for p in self.visible)
 
     def without(self, sources: frozenset[str] | set[str]) -> "Observation":
-        """o \\ {z}: the same observation with every part from `sources` removed.
-
-        It stays an observation (and so a transition) even when nothing is left.
-        """
-        return replace(self, parts=tuple(p for p in self.parts if p.source not in sources))
+        """o \\ {z}: the same observation with every part from `sources` removed (and the
+        spans that stood instead of them shown). It stays an observation, and so a
+        transition, even when nothing is left."""
+        parts = tuple(replace(p, instead_of=None) if p.instead_of in sources else p
+                      for p in self.parts if p.source not in sources)
+        return replace(self, parts=parts)
 
     def to_json(self) -> dict:
         return {
             "kind": self.kind,
-            "parts": [[p.source, p.text] for p in self.parts],
+            "parts": [[p.source, p.text] + ([p.instead_of] if p.instead_of else []) for p in self.parts],
             "reply": self.reply,
             "tool": self.tool,
             "compact": self.compact,
@@ -88,7 +100,7 @@ class Observation:
     def from_json(d: dict) -> "Observation":
         return Observation(
             kind=d["kind"],
-            parts=tuple(Part(s, t) for s, t in d["parts"]),
+            parts=tuple(Part(*p) for p in d["parts"]),
             reply=d.get("reply", 0),
             tool=d.get("tool"),
             compact=d.get("compact", False),
@@ -277,10 +289,10 @@ class Meter:
 def step(state: State, obs: Observation, meter: Meter | None = None, model=lm.REFERENCE) -> State:
     """F(R_{t-1}, o_t; θ) → R_t (Eq. 1). `model` is θ: the reference LM unless a real one is given."""
     b = _Turn(state, state.turn + 1, model)
-    fields = [b.field(obs.kind, part) for part in obs.parts]
+    fields = [b.field(obs.kind, part) for part in obs.visible]
     b.inputs = tuple(fields) + b.last_block()
     commit_pending(b, state.plan)
-    for part, field_id in zip(obs.parts, fields):
+    for part, field_id in zip(obs.visible, fields):
         observe(b, obs.kind, part, field_id)
     if obs.reply:
         b.decode("reply", obs.reply, salt=0)

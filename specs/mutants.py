@@ -22,43 +22,48 @@ from unsee.model.session import (
 from unsee.model.state import Block, Meter
 
 
+def _finish(s, new, sources, tau, c, meter, taint=(), replayed=()):
+    return new, _receipt("mutant", sources, tau, s, new, c, meter, 0.0, taint, (), (), tuple(replayed))
+
+
 class _Mutant(ReferenceRuntime):
-    def _finish(self, new, sources, tau, c, meter, t0=0.0, taint=(), replayed=()):
-        receipt = _receipt("mutant", sources, tau, self.session, new, c, meter, t0, taint, (), (), tuple(replayed))
-        self.session = new
-        self._meter.transitions += meter.transitions
+    operator = None  # (session, sources) -> (session, receipt)
+
+    def forget(self, sources, method="B7", checkpoint=None):
+        self.session, receipt = type(self).operator(self.session, list(sources))
+        self._meter.transitions += receipt.transitions
         return receipt
+
+
+def crop_at_tau(s, sources):
+    _, tau = _locate(s, sources)
+    meter = Meter()
+    c = min((c for c in s.checkpoints if c.boundary >= tau), key=lambda c: c.boundary, default=None)
+    if c is None:  # no checkpoint at or after τ: crop the live state instead
+        start, boundary = s.state, s.T
+    else:
+        start, boundary = restore(s, c, meter), c.boundary
+    new, _, _, replayed = _replay(s, start, boundary, sources, meter)
+    return _finish(s, new, sources, tau, boundary, meter, replayed=replayed)
 
 
 class CropAtTau(_Mutant):
     name = "crop-at-tau"
+    operator = staticmethod(crop_at_tau)
 
-    def forget(self, sources, method="B7", checkpoint=None):
-        s = self.session
-        _, tau = _locate(s, sources)
-        meter = Meter()
-        c = min((c for c in s.checkpoints if c.boundary >= tau), key=lambda c: c.boundary, default=None)
-        if c is None:  # no checkpoint at or after τ: crop the live state instead
-            start, boundary = s.state, s.T
-        else:
-            start, boundary = restore(s, c, meter), c.boundary
-        new, _, _, replayed = _replay(s, start, boundary, sources, meter)
-        return self._finish(new, sources, tau, boundary, meter, replayed=replayed)
+def one_transition_short(s, sources):
+    _, tau = _locate(s, sources)
+    meter = Meter()
+    c = choose_checkpoint(s.checkpoints, tau)
+    start = restore(s, c, meter)
+    short = replace(s, observations=s.observations[:-1])
+    new, _, _, replayed = _replay(short, start, c.boundary, sources, meter)
+    return _finish(s, new, sources, tau, c.boundary, meter, replayed=replayed)
 
 
 class OneTransitionShort(_Mutant):
     name = "one-transition-short"
-
-    def forget(self, sources, method="B7", checkpoint=None):
-        s = self.session
-        _, tau = _locate(s, sources)
-        meter = Meter()
-        c = choose_checkpoint(s.checkpoints, tau)
-        start = restore(s, c, meter)
-        short = replace(s, observations=s.observations[:-1])
-        new, _, _, replayed = _replay(short, start, c.boundary, sources, meter)
-        return self._finish(new, sources, tau, c.boundary, meter, replayed=replayed)
-
+    operator = staticmethod(one_transition_short)
 
 def _without_artifacts(state, drop: set[str], model):
     """Remove the given artifacts' blocks from the context, keeping the other cache entries
@@ -74,56 +79,68 @@ def _without_artifacts(state, drop: set[str], model):
     return replace(state, tokens=tuple(tokens), kv=model.select(state.kv, positions), blocks=tuple(blocks))
 
 
+def source_redaction(s, sources):
+    arts, tau = _locate(s, sources)
+    r = s.state
+    # the fields, their direct prompt blocks and memory records; derived artifacts stay
+    direct = set(arts) | {a.id for a in r.artifacts
+                          if a.type in ("block", "memory_record") and set(a.parents) & set(arts)
+                          and a.parents[0] in arts}
+    r2 = _without_artifacts(r, direct, s.lm)
+    r2 = replace(r2, memory=tuple(m for m in r.memory if m[0] not in direct),
+                 artifacts=tuple(a for a in r.artifacts if a.id not in direct))
+    new = replace(s, observations=counterfactual_stream(s.observations, sources),
+                  states=s.states[:-1] + (r2,), forgotten=s.forgotten | set(sources))
+    return _finish(s, new, sources, tau, s.T, Meter())
+
+
 class SourceRedaction(_Mutant):
     name = "source-redaction-B3"
+    operator = staticmethod(source_redaction)
 
-    def forget(self, sources, method="B7", checkpoint=None):
-        s = self.session
-        arts, tau = _locate(s, sources)
-        r = s.state
-        # the fields, their direct prompt blocks and memory records; derived artifacts stay
-        direct = set(arts) | {a.id for a in r.artifacts
-                              if a.type in ("block", "memory_record") and set(a.parents) & set(arts)
-                              and a.parents[0] in arts}
-        r2 = _without_artifacts(r, direct, s.lm)
-        r2 = replace(r2, memory=tuple(m for m in r.memory if m[0] not in direct),
-                     artifacts=tuple(a for a in r.artifacts if a.id not in direct))
-        new = replace(s, observations=counterfactual_stream(s.observations, sources),
-                      states=s.states[:-1] + (r2,), forgotten=s.forgotten | set(sources))
-        return self._finish(new, sources, tau, s.T, Meter())
+def sanitize_without_replay(s, sources):
+    arts, tau = _locate(s, sources)
+    r = s.state
+    taint = taint_closure(provenance_graph(r), arts)
+    r2 = _without_artifacts(r, taint, s.lm)
+    r2 = replace(r2, memory=tuple(m for m in r.memory if m[0] not in taint),
+                 plan=tuple(p for p in r.plan if p.plan not in taint),
+                 summary=None if r.summary is not None and any(
+                     a.type == "summary" and a.id in taint for a in r.artifacts) else r.summary,
+                 artifacts=tuple(a for a in r.artifacts if a.id not in taint))
+    new = replace(s, observations=counterfactual_stream(s.observations, sources),
+                  states=s.states[:-1] + (r2,), forgotten=s.forgotten | set(sources))
+    return _finish(s, new, sources, tau, s.T, Meter(), taint=taint)
 
 
 class SanitizeWithoutReplay(_Mutant):
     name = "sanitize-without-replay-B4"
+    operator = staticmethod(sanitize_without_replay)
 
-    def forget(self, sources, method="B7", checkpoint=None):
-        s = self.session
-        arts, tau = _locate(s, sources)
-        r = s.state
-        taint = taint_closure(provenance_graph(r), arts)
-        r2 = _without_artifacts(r, taint, s.lm)
-        r2 = replace(r2, memory=tuple(m for m in r.memory if m[0] not in taint),
-                     plan=tuple(p for p in r.plan if p.plan not in taint),
-                     summary=None if r.summary is not None and any(
-                         a.type == "summary" and a.id in taint for a in r.artifacts) else r.summary,
-                     artifacts=tuple(a for a in r.artifacts if a.id not in taint))
-        new = replace(s, observations=counterfactual_stream(s.observations, sources),
-                      states=s.states[:-1] + (r2,), forgotten=s.forgotten | set(sources))
-        return self._finish(new, sources, tau, s.T, Meter(), taint=taint)
+def span_excision(s, sources):
+    arts, tau = _locate(s, sources)
+    r = s.state
+    spans = {a.id for a in r.artifacts if a.type == "block" and a.parents and a.parents[0] in arts}
+    r2 = _without_artifacts(r, spans, s.lm)
+    new = replace(s, observations=counterfactual_stream(s.observations, sources),
+                  states=s.states[:-1] + (r2,), forgotten=s.forgotten | set(sources))
+    return _finish(s, new, sources, tau, s.T, Meter())
 
 
 class SpanExcision(_Mutant):
     name = "span-excision"
+    operator = staticmethod(span_excision)
 
-    def forget(self, sources, method="B7", checkpoint=None):
-        s = self.session
-        arts, tau = _locate(s, sources)
-        r = s.state
-        spans = {a.id for a in r.artifacts if a.type == "block" and a.parents and a.parents[0] in arts}
-        r2 = _without_artifacts(r, spans, s.lm)
-        new = replace(s, observations=counterfactual_stream(s.observations, sources),
-                      states=s.states[:-1] + (r2,), forgotten=s.forgotten | set(sources))
-        return self._finish(new, sources, tau, s.T, Meter())
+def reuse_post_tau_cache(s, sources):
+    _, tau = _locate(s, sources)
+    meter = Meter()
+    c = choose_checkpoint(s.checkpoints, tau)
+    new, _, _, replayed = _replay(s, restore(s, c, meter), c.boundary, sources, meter)
+    old, fresh = s.state, new.state
+    n = min(len(old.kv), len(fresh.kv))
+    kv = old.kv[:n] + fresh.kv[n:]
+    new = replace(new, states=new.states[:-1] + (replace(fresh, kv=kv),))
+    return _finish(s, new, sources, tau, c.boundary, meter, replayed=replayed)
 
 
 class ReusePostTauCache(_Mutant):
@@ -131,19 +148,7 @@ class ReusePostTauCache(_Mutant):
     were computed with z in context (the contaminated R_T's prefix hashes, cropped)."""
 
     name = "reuse-post-tau-cache"
-
-    def forget(self, sources, method="B7", checkpoint=None):
-        s = self.session
-        _, tau = _locate(s, sources)
-        meter = Meter()
-        c = choose_checkpoint(s.checkpoints, tau)
-        new, _, _, replayed = _replay(s, restore(s, c, meter), c.boundary, sources, meter)
-        old, fresh = s.state, new.state
-        n = min(len(old.kv), len(fresh.kv))
-        kv = old.kv[:n] + fresh.kv[n:]
-        new = replace(new, states=new.states[:-1] + (replace(fresh, kv=kv),))
-        return self._finish(new, sources, tau, c.boundary, meter, replayed=replayed)
-
+    operator = staticmethod(reuse_post_tau_cache)
 
 MUTANTS = (CropAtTau, OneTransitionShort, SourceRedaction, SanitizeWithoutReplay, SpanExcision,
            ReusePostTauCache)

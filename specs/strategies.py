@@ -32,6 +32,8 @@ def observations(draw, index: int = 0) -> Observation:
     for k in range(n_parts):
         src = draw(st.sampled_from(TARGETS)) if draw(st.integers(0, 3)) == 0 else f"s{index}.{k}"
         parts.append(Part(src, draw(texts)))
+        if src in TARGETS and draw(st.booleans()):  # a value the target changed: clean text only without it
+            parts.append(Part(f"s{index}.{k}.alt", draw(texts), instead_of=src))
     reply = draw(st.integers(0, 3))
     tool = draw(st.sampled_from((None, None) + TOOLS))
     compact = draw(st.integers(0, 7)) == 0
@@ -69,7 +71,8 @@ def format_program(program, config=None) -> list[str]:
     lines = [f"config {config}"] if config else []
     for op, arg in program:
         if op == "obs":
-            parts = ", ".join(f"Part({p.source!r}, {p.text!r})" for p in arg.parts)
+            parts = ", ".join(f"Part({p.source!r}, {p.text!r}" + (f", instead_of={p.instead_of!r})" if p.instead_of else ")")
+                              for p in arg.parts)
             extra = "".join(f", {k}={v!r}" for k, v in (("reply", arg.reply), ("tool", arg.tool), ("compact", arg.compact))
                             if v not in (0, None, False))
             lines.append(f"step(Observation({arg.kind!r}, ({parts},){extra}))")

@@ -1,0 +1,28 @@
+"""AgentDojo pairs convert into deterministic episodes whose sanitized stream is the clean run."""
+
+import pytest
+
+pytest.importorskip("agentdojo", reason="install the agentdojo extra: pip install -e '.[agentdojo]'")
+
+from unsee.impl.agentdojo import TARGET, convert, episode_digest  # noqa: E402
+from unsee.model import counterfactual_stream  # noqa: E402
+
+ONE_PER_SUITE = [("workspace", "user_task_0", "injection_task_0"), ("travel", "user_task_1", "injection_task_2"),
+                 ("banking", "user_task_0", "injection_task_0"), ("slack", "user_task_1", "injection_task_1")]
+
+
+@pytest.mark.parametrize("pair", ONE_PER_SUITE, ids=lambda p: p[0])
+def test_pair_converts_deterministically_with_a_separable_target(pair):
+    ep = convert(*pair, benign_turns=1)
+    assert episode_digest(ep) == episode_digest(convert(*pair, benign_turns=1))  # frozen clock: rebuilds identically
+    assert ep.tau > 3  # system, benign turn and task prompt come first: a shared prefix
+    assert ep.target_texts and all("INFORMATION" in t or t for t in ep.target_texts)
+    clean = counterfactual_stream(ep.observations, [TARGET])
+    assert all(TARGET not in o.sources for o in clean)
+    assert len(clean) == len(ep.observations)
+
+
+def test_target_text_is_exactly_the_injected_span():
+    ep = convert("banking", "user_task_0", "injection_task_0")
+    joined = " ".join(ep.target_texts)
+    assert "US133000000121212121212" in joined
