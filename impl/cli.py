@@ -357,6 +357,79 @@ def convert_agentdojo(suite: Optional[str] = typer.Option(None, help="workspace 
         raise typer.Exit(1)
 
 
+def _kv_level(d: dict) -> str:
+    return "exact" if d["bit_exact"] else f"{d['max_abs_dkv']:.1e}"
+
+
+bench_app = typer.Typer(help="Benchmarks: measured side by side, counts and times reported.")
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("cost-law")
+def bench_cost_law(model: str = typer.Option("tiny-llama", help="Model name or path."),
+                   T: int = typer.Option(16, "--T", help="Session length for the τ sweep."),
+                   indep: str = typer.Option("0,0.25,0.5,0.75,1", help="Fractions of independent post-τ turns."),
+                   reply: int = typer.Option(8, help="Tokens decoded per turn."),
+                   repeats: int = typer.Option(3, help="Repeats per point (median time)."),
+                   max_graph: int = typer.Option(1_000_000, help="Largest synthetic graph for the closure query."),
+                   json_path: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
+                   plot_path: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG of the sweeps here.")) -> None:
+    """Sweep τ and indep; B5, B5′ and B7 on the same sessions; fit B7's cost to T−τ+1."""
+    from unsee.impl.bench import cost_law, plot
+
+    try:
+        fractions = [float(x) for x in indep.split(",") if x.strip()]
+    except ValueError:
+        _fail(ValueError(f"--indep must be comma-separated fractions, got {indep!r}"))
+    if T < 2 or any(not 0 <= f <= 1 for f in fractions):
+        _fail(ValueError("--T must be >= 2 and every --indep fraction in [0, 1]"))
+    sizes = tuple(n for n in (10**3, 10**4, 10**5, 10**6) if n <= max_graph)
+    with _progress() as p:
+        task = p.add_task(f"cost law on {model}", total=T + len(fractions))
+        doc = cost_law(model, T, fractions, reply, repeats, sizes, on_point=lambda: p.advance(task))
+    t = Table(title=f"τ sweep, T={T} ({model}): tokens recomputed (prefilled+decoded), transitions")
+    for c in ("τ", "T−τ+1", "B5", "B5′", "B7", "B7 transitions", "B7 s (median)", "B5 s (median)"):
+        t.add_column(c, justify="right")
+    for r in doc["tau_sweep"]:
+        t.add_row(str(r["tau"]), str(r["suffix"]), str(r["B5"]["recomputed"]), str(r["B5'"]["recomputed"]),
+                  str(r["B7"]["recomputed"]), str(r["B7"]["transitions"]), f"{r['B7']['seconds_median']:.3f}",
+                  f"{r['B5']['seconds_median']:.3f}")
+    out.print(t)
+    t2 = Table(title=f"indep sweep at T={doc['paper_shape']['T']}, τ={doc['paper_shape']['tau']}: tokens decoded "
+                     "(prefilled), token-equal / bit-exact vs B5, max|ΔKV|")
+    t2.add_column("indep")
+    for m in ("B5", "B5'", "B7", "B7-oracle", "B7-verify"):
+        t2.add_column(m, justify="right")
+    for r in doc["indep_sweep"]:
+        cells = [f"{r['B5']['tokens_decoded']} ({r['B5']['tokens_prefilled']})"]
+        for m in ("B5'", "B7", "B7-oracle", "B7-verify"):
+            d = r[m]
+            cells.append(f"{d['tokens_decoded']} ({d['tokens_prefilled']}) "
+                         f"{'=' if d['token_equal'] else '≠'}/{_kv_level(d)}")
+        t2.add_row(str(r["indep"]), *cells)
+    out.print(t2)
+    f = doc["fit"]
+    out.print(f"B7 recomputed tokens = {f['slope']:.2f}·(T−τ+1) + {f['intercept']:.1f}, R² = {f['r2']:.5f}; "
+              f"transitions R² = {doc['fit_transitions']['r2']:.5f}")
+    out.print(f"at the paper's shape: B5/B7 = {doc['ratio_full_reset']:.2f}×, B5′/B7 = {doc['ratio_prefix_cached']:.2f}×")
+    t3 = Table(title="forget cost vs T at a fixed suffix of 4")
+    for c in ("T", "B7 recomputed", "B5 recomputed", "B7 s", "B5 s"):
+        t3.add_column(c, justify="right")
+    for r in doc["flat_in_T"]:
+        t3.add_row(str(r["T"]), str(r["B7_recomputed"]), str(r["B5_recomputed"]), f"{r['B7_seconds']:.3f}",
+                   f"{r['B5_seconds']:.3f}")
+    out.print(t3)
+    pv = doc["provenance"]
+    out.print(f"provenance recording: {100 * pv['fraction']:.2f}% of step time ({pv['artifacts']} artifacts); "
+              f"checkpoint metadata {pv['checkpoint_bytes_mean']:.0f} B mean, {pv['checkpoint_bytes_max']} B max")
+    for r in doc["closure_query"]:
+        out.print(f"taint closure on {r['artifacts']:>9,} artifacts: {1000 * r['seconds']:.1f} ms ({r['closure']:,} tainted)")
+    _write_json(doc, json_path)
+    if plot_path is not None:
+        plot(doc, plot_path)
+        console.print(f"[dim]wrote {plot_path}[/dim]")
+
+
 def main() -> None:  # pragma: no cover
     app(prog_name="unsee")
 

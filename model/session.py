@@ -242,18 +242,27 @@ def replay_tools(world: tuple[LedgerEntry, ...], effects: tuple[LedgerEntry, ...
     return dedup, differs
 
 
-def _replay(s: Session, start: State, boundary: int, sources, meter: Meter):
-    """Lines 6–10 on the live session from R_boundary; returns the new session and the A3 report."""
+def _replay(s: Session, start: State, boundary: int, sources, meter: Meter,
+            independent=frozenset(), mode: str | None = None):
+    """Lines 6–10 on the live session from R_boundary; returns the new session and the A3 report.
+
+    `independent` (transition indices) with `mode` "oracle" or "verify" re-materializes those
+    turns' recorded outputs by prefill instead of decoding them (see `selective_replay`)."""
     kept = tuple(c for c in s.checkpoints if c.boundary <= boundary)
     t = replace(s, observations=s.observations[:boundary], states=s.states[:boundary] + (start,),
                 checkpoints=kept)
     dedup: list[str] = []
     comp: list[dict] = []
     replayed = []
-    for obs in s.observations[boundary:]:
+    for i, obs in enumerate(s.observations[boundary:], boundary + 1):
         o = sanitize(obs, sources)
         replayed.append(o)
-        t, effects = append(t, o, meter, fire=False)  # line 9 — never fires side effects
+        if mode and i in independent:
+            s.lm.force(s.states[i].outputs, mode)
+        try:
+            t, effects = append(t, o, meter, fire=False)  # line 9 — never fires side effects
+        finally:
+            s.lm.force(None)
         d, c = replay_tools(s.world, effects)
         dedup += d
         comp += c
@@ -281,8 +290,20 @@ def _locate(s: Session, sources):
     return arts, tau
 
 
-def selective_replay(s: Session, sources, checkpoint: int | None = None) -> tuple[Session, Receipt]:
-    """B7, Algorithm 1. `checkpoint` forces a coarser splice point c < τ (for ablations)."""
+def selective_replay(s: Session, sources, checkpoint: int | None = None, independent=frozenset(),
+                     mode: str | None = None) -> tuple[Session, Receipt]:
+    """B7, Algorithm 1. `checkpoint` forces a coarser splice point c < τ (for ablations).
+
+    Opt-in fast paths for post-τ turns marked `independent` of z (they still count as
+    transitions; only how each is computed changes):
+    - mode "oracle": trust the marking and prefill the recorded outputs in one forward
+      (token equality holds if the oracle is right; the K/V are not bit-exact);
+    - mode "verify": no oracle needed — prefill the recorded outputs, keep them up to the
+      first token greedy decoding would not produce, decode from there (token equality is
+      checked; the K/V of accepted tokens are not bit-exact).
+    """
+    if mode not in (None, "oracle", "verify"):
+        raise UnseeError(f"mode {mode!r} is not 'oracle' or 'verify'")
     t0 = time.perf_counter()
     arts, tau = _locate(s, sources)  # lines 1–2
     taint = taint_closure(provenance_graph(s.state), arts)  # line 3
@@ -292,16 +313,25 @@ def selective_replay(s: Session, sources, checkpoint: int | None = None) -> tupl
     c = choose_checkpoint(cands, tau)  # line 4
     meter = Meter()
     start = restore(s, c, meter)  # line 5
-    new, dedup, comp, replayed = _replay(s, start, c.boundary, sources, meter)  # lines 6–10
-    return new, _receipt("B7", sources, tau, s, new, c.boundary, meter, t0, taint, dedup, comp, replayed)
+    new, dedup, comp, replayed = _replay(s, start, c.boundary, sources, meter, independent, mode)  # lines 6–10
+    return new, _receipt("B7" if mode is None else f"B7-{mode}", sources, tau, s, new, c.boundary, meter, t0, taint, dedup, comp, replayed)
 
 
-def full_reset(s: Session, sources) -> tuple[Session, Receipt]:
-    """B5: re-run from R_init over o^{-z}: T invocations of F."""
+def full_reset(s: Session, sources, prefix_cache: bool = False) -> tuple[Session, Receipt]:
+    """B5: re-run from R_init over o^{-z}: T invocations of F.
+
+    prefix_cache=True is B5′: the resident cache serves as a generic prefix cache, so a
+    prompt block whose tokens continue a byte-identical prefix reuses its rows instead of
+    being computed (decoding is always computed). The result is bit-exact like B5."""
     t0 = time.perf_counter()
     arts, tau = _locate(s, sources)
     taint = taint_closure(provenance_graph(s.state), arts)
     meter = Meter()
-    start = replace(s.states[0], kv=s.lm.empty())  # a fresh R_init, nothing carried over
-    new, dedup, comp, replayed = _replay(s, start, 0, sources, meter)
-    return new, _receipt("B5", sources, tau, s, new, 0, meter, t0, taint, dedup, comp, replayed)
+    if prefix_cache and s.lm.resident(s.state.kv):
+        s.lm.set_prefix_cache(s.state.kv, s.state.tokens)
+    try:
+        start = replace(s.states[0], kv=s.lm.empty())  # a fresh R_init, nothing carried over
+        new, dedup, comp, replayed = _replay(s, start, 0, sources, meter)
+    finally:
+        s.lm.prefix = None
+    return new, _receipt("B5'" if prefix_cache else "B5", sources, tau, s, new, 0, meter, t0, taint, dedup, comp, replayed)

@@ -180,6 +180,7 @@ class State:
     env: tuple[tuple[int, int], ...] = ()
     ledger: tuple[LedgerEntry, ...] = ()
     artifacts: tuple[Artifact, ...] = field(default=(), repr=False)
+    outputs: tuple[tuple[int, ...], ...] = ()  # what the last transition decoded, in order (not a layer)
 
 
 def initial_state(config: Config = Config(), model=lm.REFERENCE) -> State:
@@ -203,6 +204,7 @@ class _Turn:
         self.artifacts = list(state.artifacts)
         self.by_id = {a.id: a for a in state.artifacts}
         self.counter = 0
+        self.outputs: list[tuple[int, ...]] = []
         self.inputs: tuple[str, ...] = ()
         self.prefilled = 0
         self.decoded = 0
@@ -252,8 +254,9 @@ class _Turn:
         draw = lm.draws(cfg.seed, self.turn, salt, n) if cfg.sampling else None
         start = len(self.tokens)
         head = self.lm.header(type_)
-        self.kv = self.lm.prefill(self.kv, head)
+        self.kv = self.lm.prefill(self.kv, head, logits=True)
         out, self.kv = self.lm.decode(self.kv, n, draw)
+        self.outputs.append(out)
         aid = self.artifact(type_, self.last_block(), span=(start, start + len(head) + n))
         self.tokens.extend(head + out)
         self.blocks.append(Block(aid, "assistant", start, len(self.tokens), len(head)))
@@ -272,6 +275,7 @@ class _Turn:
             env=tuple(sorted(self.env.items())),
             ledger=tuple(self.ledger),
             artifacts=tuple(self.artifacts),
+            outputs=tuple(self.outputs),
             **changes,
         )
 
