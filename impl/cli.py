@@ -116,7 +116,7 @@ def verify(engine: str = typer.Option("reference", help="reference | kv"),
 
 
 def _fail(e: Exception, code: int = 2) -> None:
-    console.print(f"[red]error:[/red] {e}")
+    console.print(f"[red]error:[/red] {e}", soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -155,8 +155,9 @@ def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observa
 def forget(db: Path = typer.Option(..., help="The session store."),
            source: list[str] = typer.Option(..., help="Source id to forget (repeatable)."),
            method: str = typer.Option("B7", help="B7 (selective replay) or B5 (full reset)."),
+           model: Optional[str] = typer.Option(None, help="Refuse unless the store was run on this model."),
            json_path: Optional[Path] = typer.Option(None, "--json", help="Write the receipt here.")) -> None:
-    """Forget sources from a stored session and write the receipt."""
+    """Forget sources from a stored session and write the receipt (atomically)."""
     from unsee.impl.agent import open_runtime, receipt_json
     from unsee.impl.store import Store
     from unsee.model import UnseeError
@@ -165,14 +166,31 @@ def forget(db: Path = typer.Option(..., help="The session store."),
         _fail(ValueError(f"method must be B7 or B5, got {method!r}"))
     try:
         store = Store(db)
+        if store.recovered:
+            console.print(f"[yellow]{store.recovered}[/yellow]")
+        stored_model = store.meta("model")
+        if model is not None and model != stored_model:
+            raise UnseeError(f"{db} was run on {stored_model!r}, not {model!r}: forgetting on another model "
+                             "would not reproduce its states")
+        for src in source:  # checked before anything is written
+            if store.is_forgotten(src):
+                raise UnseeError(f"source {src!r} was already forgotten from {db}; nothing to do")
         rt = open_runtime(store)
-        with console.status(f"forgetting {source} ({method})"):
-            receipt = rt.forget(list(source), method=method)
+        known = sorted({x for o in rt.session.observations for x in o.sources})
+        for src in source:
+            if src not in known:
+                raise UnseeError(f"source {src!r} never entered this session; known sources: {known}")
+        with store.exclusive(method):
+            rt = open_runtime(store)  # re-read under the lock: another forget may have finished
+            texts = [p.text for o in rt.session.observations for p in o.parts if p.source in source]
+            with console.status(f"forgetting {len(source)} source(s) ({method})"):
+                receipt = rt.forget(list(source), method=method)
+            doc = receipt_json(receipt)
+            doc["target_digests"] = [store.target_digest(t) for t in texts]
+            store.save(rt.session, stored_model, dict(rt.digest()), doc)
     except (UnseeError, ValueError) as e:
         _fail(e)
-    doc = receipt_json(receipt)
-    store.save(rt.session, store.meta("model"), dict(rt.digest()), doc)
-    table = Table(title=f"receipt: forget {', '.join(source)} ({method})")
+    table = Table(title=f"receipt: forget {len(source)} source(s) ({method})")
     table.add_column("field")
     table.add_column("value", justify="right")
     for k in ("tau", "T", "checkpoint", "transitions", "tokens_prefilled", "tokens_decoded",
@@ -197,6 +215,8 @@ def check(db: Path = typer.Option(..., help="The session store."),
 
     try:
         store = Store(db)
+        if store.recovered:
+            console.print(f"[yellow]{store.recovered}[/yellow]")
         stored = open_runtime(store)
     except (UnseeError, ValueError) as e:
         _fail(e)
@@ -211,6 +231,14 @@ def check(db: Path = typer.Option(..., help="The session store."),
     got = dict(fresh.digest())
     mismatches = [{"layer": k, "t": s.T, "stored": want.get(k), "derived": got.get(k)}
                   for k in sorted(set(want) | set(got)) if want.get(k) != got.get(k)]
+    receipts = store.receipts()
+    if receipts:
+        last = receipts[-1]
+        for k in sorted(set(last.get("digests", {})) | set(got)):
+            if last.get("digests", {}).get(k) != got.get(k):
+                mismatches.append({"layer": f"receipt.{k}", "t": s.T})
+        if last.get("log_head") != store.meta("chain_head"):
+            mismatches.append({"layer": "receipt.log_head", "t": s.T})
     for t, (a, b) in enumerate(zip(s.states, fresh.session.states)):
         da, db_ = layer_digests(a), layer_digests(b)
         for k in da:

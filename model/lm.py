@@ -132,7 +132,7 @@ class ReferenceLM:
         return kv[:n]
 
     def resident(self, kv) -> bool:
-        return True  # an immutable value is always at hand
+        return kv is not None  # a value is at hand unless a store left it out
 
     def rebuild(self, tokens, blocks):
         """Re-materialize a cache from recorded tokens (teacher-forced; here one extend)."""

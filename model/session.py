@@ -271,8 +271,9 @@ def _replay(s: Session, start: State, boundary: int, sources, meter: Meter,
         if e.turn > boundary and e.call_id not in new_ids:
             comp.append({"call_id": e.call_id, "tool": e.tool, "args": None,
                          "committed": list(e.args), "reason": "counterfactual makes no such call"})
+    used = {c.env_snapshot for c in t.checkpoints}  # drop snapshots only the forgotten suffix referenced
     t = replace(t, world=s.world, forgotten=s.forgotten | frozenset(sources),
-                snapshots=s.snapshots + tuple(x for x in t.snapshots if x not in s.snapshots))
+                snapshots=tuple(x for x in dict.fromkeys(s.snapshots + t.snapshots) if x[0] in used))
     return t, dedup, comp, tuple(replayed)
 
 
