@@ -1,0 +1,43 @@
+"""The conformance suite: run with `pytest --pyargs unsee.specs.conformance --unsee-runtime=…`.
+
+Every paper statement is checked on random sessions driven through the runtime under test,
+plus the shipped test vectors. A failure prints a short, copy-pasteable trace.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from unsee.specs.harness import verify
+from unsee.specs.plugin import factory_for
+
+
+@pytest.fixture(scope="session")
+def runtime_spec(request) -> str:
+    spec = request.config.getoption("--unsee-runtime")
+    if not spec:
+        pytest.fail("no runtime given: pass --unsee-runtime=package.module:factory (or set UNSEE_RUNTIME)")
+    return spec
+
+
+def test_every_statement_holds_on_random_sessions(request, runtime_spec):
+    n = request.config.getoption("--unsee-max-examples")
+    doc = verify(factory_for(runtime_spec), examples=n, seed=request.config.getoption("--unsee-seed"))
+    if doc["failures"]:
+        f = doc["failures"][0]
+        trace = "\n    ".join(f["trace"])
+        pytest.fail(f"{f['message']}\nconfig {f['config']}\nshrunk trace ({f['length']} steps):\n    {trace}",
+                    pytrace=False)
+    assert doc["forgets"] > 0, "no forget was exercised"
+    assert doc["exact"] == doc["optimal_invocations"] == doc["forgets"]
+
+
+def test_shipped_vectors(runtime_spec):
+    from unsee.specs.vectors import load_vectors, run_vectors
+
+    vectors = load_vectors()
+    report = run_vectors(factory_for(runtime_spec), vectors)
+    assert report["ran"] == sorted(v["id"] for v in vectors), "some vectors were not run"
+    if report["failures"]:
+        first = report["failures"][0]
+        pytest.fail(f"vector {first['id']}: {first['message']}", pytrace=False)

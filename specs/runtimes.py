@@ -1,0 +1,44 @@
+"""Ready-made factories for the kit: `--unsee-runtime=unsee.specs.runtimes:<name>`.
+
+Each takes the drawn config {"policy", "sampling", "seed"} and returns a fresh runtime:
+`reference` (the pure-Python model), `kv_tiny_llama` (the real engine on a tiny model),
+and one per mutant, which the kit must reject.
+"""
+
+from __future__ import annotations
+
+from unsee.model.runtime import ReferenceRuntime
+from unsee.model.state import Config
+from unsee.specs import mutants as M
+
+
+def _cfg(cfg: dict) -> Config:
+    return Config(sampling=cfg.get("sampling", False), seed=cfg.get("seed", 0))
+
+
+def reference(cfg: dict):
+    return ReferenceRuntime(_cfg(cfg), cfg.get("policy", "every"))
+
+
+def kv_tiny_llama(cfg: dict):
+    from unsee.impl.agent import KVRuntime
+
+    return KVRuntime("tiny-llama", _cfg(cfg), cfg.get("policy", "every"))
+
+
+def _mutant(cls):
+    def factory(cfg: dict):
+        return cls(_cfg(cfg), cfg.get("policy", "every"))
+    factory.__name__ = cls.__name__
+    factory.__doc__ = cls.__doc__
+    return factory
+
+
+crop_at_tau = _mutant(M.CropAtTau)
+one_transition_short = _mutant(M.OneTransitionShort)
+source_redaction = _mutant(M.SourceRedaction)
+sanitize_without_replay = _mutant(M.SanitizeWithoutReplay)
+span_excision = _mutant(M.SpanExcision)
+reuse_post_tau_cache = _mutant(M.ReusePostTauCache)
+MUTANT_FACTORIES = ("crop_at_tau", "one_transition_short", "source_redaction", "sanitize_without_replay",
+                    "span_excision", "reuse_post_tau_cache")
