@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import difflib
+import functools
 import hashlib
 import json
 from contextlib import contextmanager
@@ -127,8 +128,21 @@ def _run(suite, calls_env, vectors: dict):
     return outs, snaps
 
 
-def _split(clean: str, dirty: str, source: str) -> tuple[list[Part], list[str]]:
-    """Parts of `dirty`: runs equal to `clean` keep `source`, inserted runs become the target."""
+def _split(clean: str, dirty: str, source: str, text: str = "") -> tuple[list[Part], list[str]]:
+    """Parts of `dirty`: runs equal to `clean` keep `source`, inserted runs become the target.
+
+    Fast path: the injection appears verbatim (or JSON-escaped) and removing it gives the
+    clean result. Otherwise a character diff finds the runs (quadratic on long results)."""
+    for rendered in dict.fromkeys((text, json.dumps(text, ensure_ascii=False)[1:-1])):
+        if rendered and rendered in dirty and dirty.replace(rendered, "") == clean:
+            pieces = dirty.split(rendered)
+            parts = []
+            for i, piece in enumerate(pieces):
+                if piece:
+                    parts.append(Part(source, piece))
+                if i < len(pieces) - 1:
+                    parts.append(Part(TARGET, rendered))
+            return parts, [rendered] * (len(pieces) - 1)
     parts, inserted = [], []
     sm = difflib.SequenceMatcher(a=clean, b=dirty, autojunk=False)
     for op, i1, i2, j1, j2 in sm.get_opcodes():
@@ -144,24 +158,33 @@ def _split(clean: str, dirty: str, source: str) -> tuple[list[Part], list[str]]:
     return parts, inserted
 
 
-def convert(suite_name: str, user_task: str, injection_task: str, benign_turns: int = 0,
-            reply: int = 8, tool_reply: int = 4) -> Episode:
-    _require()
+@functools.lru_cache(maxsize=64)
+def _user_task(suite_name: str, user_task: str):
+    """What depends on the user task alone: its calls, the vectors it reads, the clean run."""
     from agentdojo.task_suite.load_suites import get_suite
 
     suite = get_suite(BENCHMARK, suite_name)
-    ut, it = suite.user_tasks[user_task], suite.injection_tasks[injection_task]
+    ut = suite.user_tasks[user_task]
     with frozen_clock():
         defaults = suite.get_injection_vector_defaults()
         base = suite.load_and_inject_default_environment({})
         calls = ut.ground_truth(base.model_copy(deep=True))
         canaries = {v: f"CANARY{i}X" for i, v in enumerate(sorted(defaults))}
         outs, _ = _run(suite, calls, canaries)
-        read = sorted(v for v, c in canaries.items() if any(c in o for o in outs))
+        read = tuple(sorted(v for v, c in canaries.items() if any(c in o for o in outs)))
         if not read:
             raise UnseeError(f"{suite_name}/{user_task} reads no injection vector; nothing can be injected")
-        text = injection_text(it.GOAL)
         clean, snaps = _run(suite, calls, {v: "" for v in read})
+    return suite, ut, calls, read, tuple(clean), tuple(snaps)
+
+
+def convert(suite_name: str, user_task: str, injection_task: str, benign_turns: int = 0,
+            reply: int = 8, tool_reply: int = 4) -> Episode:
+    _require()
+    suite, ut, calls, read, clean, snaps = _user_task(suite_name, user_task)
+    it = suite.injection_tasks[injection_task]
+    text = injection_text(it.GOAL)
+    with frozen_clock():
         dirty, _ = _run(suite, calls, {v: text for v in read})
     obs = [Observation("system", (Part("sys", SYSTEM),))]
     obs += [Observation("user", (Part(f"setup{j}", BENIGN[j % len(BENIGN)]),), reply=tool_reply)
@@ -169,7 +192,7 @@ def convert(suite_name: str, user_task: str, injection_task: str, benign_turns: 
     obs.append(Observation("user", (Part("task", ut.PROMPT),), reply=reply))
     targets, cons = [], [is_consequential(c.function) for c in calls]
     for i, (call, c, d) in enumerate(zip(calls, clean, dirty)):
-        parts, inserted = _split(c, d, f"tool{i}:{call.function}")
+        parts, inserted = _split(c, d, f"tool{i}:{call.function}", text)
         o = Observation("tool", tuple(parts))
         if "".join(p.text for p in o.visible) != d or "".join(p.text for p in o.without({TARGET}).parts) != c:
             raise UnseeError(f"{suite_name}/{user_task}: the parts do not give the injected and the clean result")
@@ -179,7 +202,7 @@ def convert(suite_name: str, user_task: str, injection_task: str, benign_turns: 
                                tool="send" if nxt else None))
     if not targets:
         raise UnseeError(f"{suite_name}/{user_task}×{injection_task}: the injection never reached a tool result")
-    return Episode(suite_name, user_task, injection_task, obs, TARGET, targets, cons, snaps, read)
+    return Episode(suite_name, user_task, injection_task, obs, TARGET, targets, cons, list(snaps), list(read))
 
 
 def pairs(suite_name: str | None = None):

@@ -48,3 +48,25 @@ def test_mcnemar_exact_values():
 def test_tost_accepts_identical_and_rejects_shifted():
     assert tost([0.0] * 5, [0.0] * 5, 0.01)["equivalent"]
     assert not tost([0.5, 0.6, 0.55, 0.52], [0.0] * 4, 0.01)["equivalent"]
+
+
+def test_audit_command_on_an_agentdojo_episode(tmp_path):
+    pytest.importorskip("agentdojo")
+    import json
+
+    from typer.testing import CliRunner
+
+    from unsee.impl.cli import app
+
+    path, md = tmp_path / "a.json", tmp_path / "a.md"
+    res = CliRunner().invoke(app, ["audit", "--suite", "agentdojo:banking", "--n", "1", "--tokens", "4",
+                                   "--methods", "B0,B1,B3,B7,B8,B9", "--json", str(path), "--markdown", str(md)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(path.read_text())
+    m = doc["methods"]
+    assert doc["tests"]["B7"]["identical_to_B5"] is True
+    assert m["B7"]["divergence_kl"] == m["B9"]["divergence_kl"] == 0.0
+    assert m["B3"]["divergence_tv"] > 0 and m["B8"]["divergence_tv"] > 0
+    strip = lambda d: {k: v for k, v in d.items() if k != "transitions"}  # noqa: E731
+    assert strip(m["B1"]) == strip(m["B0"])  # no memory record held the injection
+    assert "Table 4" in md.read_text()
