@@ -26,6 +26,13 @@ def _finish(s, new, sources, tau, c, meter, taint=(), replayed=()):
     return new, _receipt("mutant", sources, tau, s, new, c, meter, 0.0, taint, (), (), tuple(replayed))
 
 
+def _edited(s, r2, sources, tau, taint=()):
+    """A forget that edits the live state in place (no transition of F): log sanitized, R_T replaced."""
+    new = replace(s, observations=counterfactual_stream(s.observations, sources),
+                  states=s.states[:-1] + (r2,), forgotten=s.forgotten | set(sources))
+    return _finish(s, new, sources, tau, s.T, Meter(), taint=taint)
+
+
 class _Mutant(ReferenceRuntime):
     operator = None  # (session, sources) -> (session, receipt)
 
@@ -51,6 +58,7 @@ class CropAtTau(_Mutant):
     name = "crop-at-tau"
     operator = staticmethod(crop_at_tau)
 
+
 def one_transition_short(s, sources):
     _, tau = _locate(s, sources)
     meter = Meter()
@@ -64,6 +72,7 @@ def one_transition_short(s, sources):
 class OneTransitionShort(_Mutant):
     name = "one-transition-short"
     operator = staticmethod(one_transition_short)
+
 
 def _without_artifacts(state, drop: set[str], model):
     """Remove the given artifacts' blocks from the context, keeping the other cache entries
@@ -89,14 +98,13 @@ def source_redaction(s, sources):
     r2 = _without_artifacts(r, direct, s.lm)
     r2 = replace(r2, memory=tuple(m for m in r.memory if m[0] not in direct),
                  artifacts=tuple(a for a in r.artifacts if a.id not in direct))
-    new = replace(s, observations=counterfactual_stream(s.observations, sources),
-                  states=s.states[:-1] + (r2,), forgotten=s.forgotten | set(sources))
-    return _finish(s, new, sources, tau, s.T, Meter())
+    return _edited(s, r2, sources, tau)
 
 
 class SourceRedaction(_Mutant):
     name = "source-redaction-B3"
     operator = staticmethod(source_redaction)
+
 
 def sanitize_without_replay(s, sources):
     arts, tau = _locate(s, sources)
@@ -108,28 +116,26 @@ def sanitize_without_replay(s, sources):
                  summary=None if r.summary is not None and any(
                      a.type == "summary" and a.id in taint for a in r.artifacts) else r.summary,
                  artifacts=tuple(a for a in r.artifacts if a.id not in taint))
-    new = replace(s, observations=counterfactual_stream(s.observations, sources),
-                  states=s.states[:-1] + (r2,), forgotten=s.forgotten | set(sources))
-    return _finish(s, new, sources, tau, s.T, Meter(), taint=taint)
+    return _edited(s, r2, sources, tau, taint)
 
 
 class SanitizeWithoutReplay(_Mutant):
     name = "sanitize-without-replay-B4"
     operator = staticmethod(sanitize_without_replay)
 
+
 def span_excision(s, sources):
     arts, tau = _locate(s, sources)
     r = s.state
     spans = {a.id for a in r.artifacts if a.type == "block" and a.parents and a.parents[0] in arts}
     r2 = _without_artifacts(r, spans, s.lm)
-    new = replace(s, observations=counterfactual_stream(s.observations, sources),
-                  states=s.states[:-1] + (r2,), forgotten=s.forgotten | set(sources))
-    return _finish(s, new, sources, tau, s.T, Meter())
+    return _edited(s, r2, sources, tau)
 
 
 class SpanExcision(_Mutant):
     name = "span-excision"
     operator = staticmethod(span_excision)
+
 
 def reuse_post_tau_cache(s, sources):
     _, tau = _locate(s, sources)
@@ -149,6 +155,7 @@ class ReusePostTauCache(_Mutant):
 
     name = "reuse-post-tau-cache"
     operator = staticmethod(reuse_post_tau_cache)
+
 
 MUTANTS = (CropAtTau, OneTransitionShort, SourceRedaction, SanitizeWithoutReplay, SpanExcision,
            ReusePostTauCache)
