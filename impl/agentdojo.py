@@ -144,17 +144,23 @@ def _split(clean: str, dirty: str, source: str, text: str = "") -> tuple[list[Pa
                     parts.append(Part(TARGET, rendered))
             return parts, [rendered] * (len(pieces) - 1)
     parts, inserted = [], []
-    sm = difflib.SequenceMatcher(a=clean, b=dirty, autojunk=False)
-    for op, i1, i2, j1, j2 in sm.get_opcodes():
+    # line-level first (results are long, indented JSON), characters only inside changed lines
+    cl, dl = clean.splitlines(keepends=True), dirty.splitlines(keepends=True)
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=cl, b=dl, autojunk=False).get_opcodes():
+        c_run, d_run = "".join(cl[i1:i2]), "".join(dl[j1:j2])
         if op == "equal":
-            parts.append(Part(source, dirty[j1:j2]))
+            parts.append(Part(source, d_run))
             continue
-        if j2 > j1:  # text the injection put there
-            parts.append(Part(TARGET, dirty[j1:j2]))
-            if op == "insert":
-                inserted.append(dirty[j1:j2])
-        if i2 > i1:  # clean text the injection changed (e.g. a size that counts its bytes)
-            parts.append(Part(source, clean[i1:i2], instead_of=TARGET))
+        for op2, k1, k2, m1, m2 in difflib.SequenceMatcher(a=c_run, b=d_run, autojunk=False).get_opcodes():
+            if op2 == "equal":
+                parts.append(Part(source, d_run[m1:m2]))
+                continue
+            if m2 > m1:  # text the injection put there
+                parts.append(Part(TARGET, d_run[m1:m2]))
+                if op2 == "insert":
+                    inserted.append(d_run[m1:m2])
+            if k2 > k1:  # clean text the injection changed (e.g. a size that counts its bytes)
+                parts.append(Part(source, c_run[k1:k2], instead_of=TARGET))
     return parts, inserted
 
 
