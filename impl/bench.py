@@ -211,7 +211,8 @@ def cost_law(model: str = "tiny-llama", T: int = 16, indeps=(0.0, 0.25, 0.5, 0.7
     xs = [r["suffix"] for r in taus]
     f_tok = fit(xs, [r["B7"]["recomputed"] for r in taus])
     f_tr = fit(xs, [r["B7"]["transitions"] for r in taus])
-    paper_T, paper_tau = 13 if T < 13 else T, (13 if T < 13 else T) - 12 + 1  # 12 turns past the target
+    paper_T = max(T, 13)
+    paper_tau = paper_T - 12  # the paper's shape: 12 turns past the target
     shape = indep_sweep(model, paper_T, paper_tau, list(indeps), reply, repeats, on_point)
     half = next((r for r in shape if r["indep"] == 0.5), shape[0])
     doc = {
