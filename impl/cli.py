@@ -268,7 +268,7 @@ def demo(model: str = typer.Option("smollm2", help="Model to run the story on.")
 
 AUDIT_TABLES = (
     ("Table 1: leakage after a task continuation", ("exact_leak", "action_leak", "any_leak", "cad", "utility")),
-    ("Table 2: elicitation and stochastic audits", ("leak_at_probes", "leak_at_5")),
+    ("Table 2: elicitation and stochastic audits", ("leak_at_probes", "leak_at_5", "leak_at_5_independent")),
     ("Table 3: behavioral extraction (avoid-rate of the revoked preference)", ("avoid_rate",)),
     ("Table 4: string-free divergence from B5 on the probe prompts", ("divergence_kl", "divergence_tv")),
 )

@@ -20,13 +20,14 @@ def audited():
 
 
 def test_b7_is_identical_to_b5_in_every_cell(audited):
-    strip = lambda d: {k: v for k, v in d.items() if k != "transitions"}  # noqa: E731
+    # every cell but the cost and the samples drawn with per-method seeds
+    strip = lambda d: {k: v for k, v in d.items() if k not in ("transitions", "leak_at_5_independent")}  # noqa: E731
     assert strip(audited["B7"]) == strip(audited["B5"])
     assert audited["B7"]["transitions"] < audited["B5"]["transitions"]
 
 
 def test_memory_delete_changes_nothing_an_audit_can_see(audited):
-    strip = lambda d: {k: v for k, v in d.items() if k not in ("utility", "transitions")}  # noqa: E731
+    strip = lambda d: {k: v for k, v in d.items() if k not in ("utility", "transitions", "leak_at_5_independent")}  # noqa: E731
     assert strip(audited["B1"]) == strip(audited["B0"])
 
 
@@ -67,6 +68,6 @@ def test_audit_command_on_an_agentdojo_episode(tmp_path):
     assert doc["tests"]["B7"]["identical_to_B5"] is True
     assert m["B7"]["divergence_kl"] == m["B9"]["divergence_kl"] == 0.0
     assert m["B3"]["divergence_tv"] > 0 and m["B8"]["divergence_tv"] > 0
-    strip = lambda d: {k: v for k, v in d.items() if k != "transitions"}  # noqa: E731
+    strip = lambda d: {k: v for k, v in d.items() if k not in ("transitions", "leak_at_5_independent")}  # noqa: E731
     assert strip(m["B1"]) == strip(m["B0"])  # no memory record held the injection
     assert "Table 4" in md.read_text()
