@@ -234,3 +234,21 @@ def test_soak_long_session_with_many_forgets(tmp_path):
     assert max(sizes) <= 1.05 * sizes[0]  # forgetting never grows the store
     blob = persisted_bytes(db)
     assert not any(f"qx{t}v".encode() in blob for t in range(10, 201, 10))
+
+
+@pytest.mark.parametrize("point", ["clear", "states", "receipt"])
+def test_process_killed_mid_write_is_rolled_back_and_reported(tmp_path, point):
+    db = make_store(tmp_path, episode())
+    old = snapshot(db)
+    exe = str(Path(sys.executable).parent / "unsee")
+    p = subprocess.run([exe, "forget", "--db", str(db), "--source", "z"], capture_output=True, text=True,
+                       env={**os.environ, "UNSEE_FAILPOINT": f"{point}:kill"}, timeout=120)
+    assert p.returncode == -signal.SIGKILL
+    st = Store(db)
+    assert st.recovered is not None and "rolled back" in st.recovered
+    st.close()
+    assert snapshot(db) == old
+    check_ok(db)
+    res = runner.invoke(app, ["forget", "--db", str(db), "--source", "z"])  # and the forget can be redone
+    assert res.exit_code == 0, res.output
+    check_ok(db)
