@@ -252,3 +252,70 @@ def test_process_killed_mid_write_is_rolled_back_and_reported(tmp_path, point):
     res = runner.invoke(app, ["forget", "--db", str(db), "--source", "z"])  # and the forget can be redone
     assert res.exit_code == 0, res.output
     check_ok(db)
+
+
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule  # noqa: E402
+
+from unsee.specs.harness import present_targets  # noqa: E402
+from unsee.specs.strategies import observations as obs_strategy  # noqa: E402
+
+
+class StoreWithCrashes(RuleBasedStateMachine):
+    """Forgets on a stored session, with crashes at random write points between them."""
+
+    @initialize(stream=st.lists(obs_strategy(), min_size=1, max_size=6), z=st.sampled_from(["z1", "z2"]))
+    def start(self, stream, z):
+        import tempfile
+
+        self.dir = Path(tempfile.mkdtemp())
+        stream.insert(len(stream) // 2, Observation("memory", (Part(z, "secret qq11"),)))
+        self.db = make_store(self.dir, stream)
+
+    def _forget(self, src, point=None):
+        store = Store(self.db)
+        store.failpoint = point
+        rt = open_runtime(store)
+        try:
+            with store.exclusive("B7"):
+                rt.forget([src])
+                store.save(rt.session, "reference", dict(rt.digest()), {"digests": dict(rt.digest())})
+        finally:
+            store.close()
+
+    def _present(self):
+        store = Store(self.db)
+        try:
+            return present_targets(open_runtime(store).session.observations)
+        finally:
+            store.close()
+
+    @precondition(lambda self: hasattr(self, "db") and self._present())
+    @rule(point=st.sampled_from(WRITE_POINTS[:-1]), data=st.data())
+    def crash_during_forget(self, point, data):
+        before = snapshot(self.db)
+        src = data.draw(st.sampled_from(self._present()))
+        with pytest.raises(Failpoint):
+            self._forget(src, point)
+        assert snapshot(self.db) == before, f"a crash at {point} changed the store"
+
+    @precondition(lambda self: hasattr(self, "db") and self._present())
+    @rule(data=st.data())
+    def forget(self, data):
+        self._forget(data.draw(st.sampled_from(self._present())))
+
+    @precondition(lambda self: hasattr(self, "db"))
+    @rule()
+    def reopen(self):
+        Store(self.db).close()  # always possible, also once every target is forgotten
+
+    @invariant()
+    def store_is_exact_and_undoubled(self):
+        if not hasattr(self, "db"):
+            return
+        check_ok(self.db)
+        w = snapshot(self.db)["world"]
+        assert len(w) == len(set(w))
+
+
+TestStoreWithCrashes = StoreWithCrashes.TestCase
+TestStoreWithCrashes.settings = settings(max_examples=8, stateful_step_count=5, deadline=None)
