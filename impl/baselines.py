@@ -21,11 +21,14 @@ IFC = ("B8", "B9")  # a sink policy gates tool arguments derived from the target
 
 
 def memory_delete(rt, sources) -> None:
-    """B1: remove the persistent memory records that stored the target; nothing else."""
+    """B1: remove the persistent memory records that stored the target; nothing else.
+
+    A record's first parent is the field it stores (later parents are the turn's inputs,
+    so a write-back made in the target's turn is not the target's record)."""
     s = rt.session
     arts = {a.id: a for a in s.state.artifacts}
-    fields = set(locate_source(s, sources[0])) | {a for src in sources[1:] for a in locate_source(s, src)}
-    kept = tuple(m for m in s.state.memory if not (set(arts[m[0]].parents) & fields))
+    fields = {a for src in sources for a in locate_source(s, src)}
+    kept = tuple(m for m in s.state.memory if arts[m[0]].parents[:1][0] not in fields)
     rt.session = replace(s, states=s.states[:-1] + (replace(s.state, memory=kept),))
 
 

@@ -5,13 +5,13 @@ replay (B7) forgets it, and the result is checked bit for bit against a full res
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
-import torch
 from rich.console import Console
 from rich.table import Table
 
 from unsee.impl.agent import KVRuntime, receipt_json
+from unsee.impl.audit import divergence
+from unsee.impl.baselines import memory_delete
 from unsee.impl.exact import PROBES, compare
 from unsee.model.state import Config, Observation, Part
 
@@ -40,27 +40,6 @@ def layers_text(rt) -> dict[str, str]:
         "tool calls (ledger)": " | ".join(tmpl.detokenize(e.args) for e in s.ledger),
         "pending plan": " | ".join(tmpl.detokenize(c.args) for c in s.plan),
     }
-
-
-def memory_delete(rt, sources) -> None:
-    """B1: remove the persistent memory record; the session itself is untouched."""
-    s = rt.session
-    arts = {a.id: a for a in s.state.artifacts}
-    kept = tuple(m for m in s.state.memory if not (arts[m[0]].source_ids & set(sources) and
-                                                     arts[m[0]].type == "memory_record" and
-                                                     all(arts[p].parents == () for p in arts[m[0]].parents[:1])))
-    rt.session = replace(s, states=s.states[:-1] + (replace(s.state, memory=kept),))
-
-
-def probe_kl(a, b) -> float:
-    """Mean KL(P_b || P_a) of next-token distributions over the probe prompts."""
-    total = 0.0
-    for p in PROBES:
-        ids = a.model.encode("user", p) + a.model.header("reply")
-        la, lb = a.model.engine.probe(ids), b.model.engine.probe(ids)
-        pa, pb = torch.log_softmax(la, -1), torch.log_softmax(lb, -1)
-        total += float(torch.sum(pb.exp() * (pb - pa)))
-    return total / len(PROBES)
 
 
 def run_demo(model: str = "smollm2", console: Console | None = None) -> dict:
@@ -102,7 +81,7 @@ def run_demo(model: str = "smollm2", console: Console | None = None) -> dict:
     t2.add_column("B7", justify="center")
     for k in eq7:
         t2.add_row(k, *("[green]equal[/green]" if e[k] else "[red]differs[/red]" for e in (eq1, eq7)))
-    kl1, kl7 = probe_kl(b1, b5), probe_kl(b7, b5)
+    (kl1, _), (kl7, _) = divergence(b1, b5, PROBES), divergence(b7, b5, PROBES)
     t2.add_row("probe KL vs B5", f"{kl1:.4g}", f"{kl7:.4g}")
     con.print(t2)
 

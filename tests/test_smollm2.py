@@ -27,7 +27,7 @@ def test_smollm2_selective_replay_is_bit_exact_against_full_reset(contaminated):
 
 
 def test_smollm2_memory_delete_is_not_forgetting(contaminated):
-    from unsee.impl.demo import memory_delete
+    from unsee.impl.baselines import memory_delete
 
     b1, b5 = contaminated.branch(), contaminated.branch()
     memory_delete(b1, [TARGET])
