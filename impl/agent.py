@@ -18,12 +18,15 @@ class KVRuntime(ReferenceRuntime):
     name = "kv"
 
     def __init__(self, model: str = "tiny-llama", config: Config = Config(), policy: str = "every",
-                 dtype: str = "float32", device: str | None = None, threads: int = 1) -> None:
+                 dtype: str = "float32", device: str | None = None, threads: int = 1,
+                 kv_pages: bool = True) -> None:
         from unsee.impl.engine import TorchLM  # torch loads only when a real model is asked for
         from unsee.impl.models import load
 
         self.bundle = load(model, dtype=dtype, device=device)
-        super().__init__(config, policy, TorchLM(self.bundle, threads=threads))
+        lm = TorchLM(self.bundle, threads=threads)
+        lm.kv_pages = kv_pages
+        super().__init__(config, policy, lm)
 
     @property
     def engine(self):
@@ -60,11 +63,16 @@ def make_runtime(model: str, config: Config = Config(), policy: str = "every", *
 
 
 def open_runtime(store, **kw) -> ReferenceRuntime:
-    """A runtime holding the stored session; no cache is resident until a forget restores one."""
+    """A runtime holding the stored session; no cache is resident until a forget restores one,
+    from the store's K/V pages where it keeps them."""
     from unsee.impl.store import with_live_cache
 
     model = store.meta("model")
-    rt = make_runtime(model, Config(), store.meta("policy"), **kw)
+    pages = store.meta("kv_pages") is not None
+    rt = make_runtime(model, Config(), store.meta("policy"), **({"kv_pages": pages} if model != "reference" else {}),
+                      **kw)
+    if pages:
+        rt.model.page_source = store.page_reader(rt.model.engine.device)
     rt.session = with_live_cache(store.load(rt.model))
     rt.config = rt.session.config
     return rt
@@ -73,5 +81,6 @@ def open_runtime(store, **kw) -> ReferenceRuntime:
 def receipt_json(r) -> dict:
     return {"sources": list(r.sources), "method": r.method, "tau": r.tau, "T": r.T, "checkpoint": r.checkpoint,
             "transitions": r.transitions, "tokens_prefilled": r.tokens_prefilled, "tokens_decoded": r.tokens_decoded,
-            "tokens_rematerialized": r.tokens_rematerialized, "seconds": round(r.seconds, 4),
+            "tokens_rematerialized": r.tokens_rematerialized, "tokens_restored": r.tokens_restored,
+            "seconds": round(r.seconds, 4),
             "digests": r.digests, "compensation": list(r.compensation), "deduplicated": list(r.deduplicated)}

@@ -64,7 +64,7 @@ def sanitized_rebuild(rt, texts) -> None:
         start = len(tokens)
         tokens.extend(ids)
         blocks.append(Block(b.artifact, b.kind, start, len(tokens), len(ids)))  # all prefilled now
-    kv = lm.rebuild(tuple(tokens), tuple(blocks))
+    kv, _ = lm.rebuild(tuple(tokens), tuple(blocks))
     st2 = replace(st, tokens=tuple(tokens), blocks=tuple(blocks), kv=kv,
                   memory=tuple((a, redact(t)) for a, t in st.memory),
                   summary=None if st.summary is None else redact(st.summary),

@@ -126,7 +126,9 @@ def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observa
         model: str = typer.Option("tiny-llama", help="tiny-llama | tiny-qwen2 | tiny-mistral | smollm2 | reference | a path."),
         max_new_tokens: int = typer.Option(8, help="Reply length for user lines that do not say."),
         seed: Optional[int] = typer.Option(None, help="Sample with this seed (default: greedy decoding)."),
-        policy: str = typer.Option("every", help="Checkpoint policy: every | events | start.")) -> None:
+        policy: str = typer.Option("every", help="Checkpoint policy: every | events | start."),
+        kv_pages: str = typer.Option("keep", help="keep: persist every block's K/V rows so that a forget "
+                                     "restores its checkpoint by reading them; none: re-materialize instead.")) -> None:
     """Run a session from an episode file and store it."""
     from unsee.impl.agent import make_runtime
     from unsee.impl.episode import parse_episode
@@ -137,7 +139,10 @@ def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observa
         stream = parse_episode(episode, max_new_tokens)  # every line is checked before anything is written
         if db.exists() and Store(db).has_session():
             raise UnseeError(f"{db} already holds a session; forget from it or pick a new --db path")
-        rt = make_runtime(model, Config(sampling=seed is not None, seed=seed), policy)
+        if kv_pages not in ("keep", "none"):
+            raise UnseeError(f"--kv-pages must be keep or none, got {kv_pages!r}")
+        kw = {} if model == "reference" else {"kv_pages": kv_pages == "keep"}
+        rt = make_runtime(model, Config(sampling=seed is not None, seed=seed), policy, **kw)
     except (UnseeError, ValueError) as e:
         _fail(e)
     with _progress() as p:
@@ -146,9 +151,17 @@ def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observa
             rt.step(obs)
             p.advance(task)
     store = Store(db, create=True)
-    store.save(rt.session, model, dict(rt.digest()))
+    try:
+        store.save(rt.session, model, dict(rt.digest()))
+        n_pages, page_bytes, page_tokens = store.page_bytes()
+    finally:
+        store.close()
     out.print(f"stored T={rt.session.T} transitions, {len(rt.session.checkpoints)} checkpoints, "
               f"{len(rt.session.state.artifacts)} artifacts in {db}")
+    if n_pages:
+        out.print(f"K/V pages: {n_pages} blocks, {page_tokens} tokens, {page_bytes / 1e6:.1f} MB "
+                  f"({page_bytes / page_tokens / 1e3:.1f} KB per token); capture "
+                  f"{1000 * rt.model.capture_seconds / max(1, rt.session.T):.2f} ms per step")
 
 
 @app.command()
@@ -158,43 +171,57 @@ def forget(db: Path = typer.Option(..., help="The session store."),
            model: Optional[str] = typer.Option(None, help="Refuse unless the store was run on this model."),
            json_path: Optional[Path] = typer.Option(None, "--json", help="Write the receipt here.")) -> None:
     """Forget sources from a stored session and write the receipt (atomically)."""
+    import time
+
     from unsee.impl.agent import open_runtime, receipt_json
     from unsee.impl.store import Store
     from unsee.model import UnseeError
 
     if method not in ("B7", "B5"):
         _fail(ValueError(f"method must be B7 or B5, got {method!r}"))
+    store = None
     try:
         store = Store(db)
-        if store.recovered:
-            console.print(f"[yellow]{store.recovered}[/yellow]")
+        for note in (store.recovered, store.migrated and f"migrated {db}: {store.migrated}"):
+            if note:
+                console.print(f"[yellow]{note}[/yellow]")
         stored_model = store.meta("model")
         if model is not None and model != stored_model:
             raise UnseeError(f"{db} was run on {stored_model!r}, not {model!r}: forgetting on another model "
                              "would not reproduce its states")
+        known = sorted(store.sources())
         for src in source:  # checked before anything is written
             if store.is_forgotten(src):
                 raise UnseeError(f"source {src!r} was already forgotten from {db}; nothing to do")
-        rt = open_runtime(store)
-        known = sorted({x for o in rt.session.observations for x in o.sources})
-        for src in source:
             if src not in known:
                 raise UnseeError(f"source {src!r} never entered this session; known sources: {known}")
         with store.exclusive(method):
-            rt = open_runtime(store)  # re-read under the lock: another forget may have finished
+            t0 = time.perf_counter()
+            with console.status(f"loading {stored_model} and the stored session"):
+                rt = open_runtime(store)  # under the lock: another forget may have finished
+            opened = time.perf_counter() - t0
+            load = getattr(getattr(rt, "bundle", None), "load_seconds", None)
             texts = [p.text for o in rt.session.observations for p in o.parts if p.source in source]
             with console.status(f"forgetting {len(source)} source(s) ({method})"):
                 receipt = rt.forget(list(source), method=method)
             doc = receipt_json(receipt)
+            doc["load_seconds"] = round(opened if load is None else load, 4)
+            doc["open_seconds"] = round(opened, 4)
             doc["target_digests"] = [store.target_digest(t) for t in texts]
-            store.save(rt.session, stored_model, dict(rt.digest()), doc)
+            t1 = time.perf_counter()
+            store.save(rt.session, stored_model, dict(rt.digest()), doc, since=receipt.checkpoint)
+            doc["save_seconds"] = round(time.perf_counter() - t1, 4)
     except (UnseeError, ValueError) as e:
         _fail(e)
+    finally:
+        if store is not None:
+            store.close()
     table = Table(title=f"receipt: forget {len(source)} source(s) ({method})")
     table.add_column("field")
     table.add_column("value", justify="right")
     for k in ("tau", "T", "checkpoint", "transitions", "tokens_prefilled", "tokens_decoded",
-              "tokens_rematerialized", "seconds"):
+              "tokens_restored", "tokens_rematerialized", "seconds", "load_seconds", "open_seconds",
+              "save_seconds"):
         table.add_row(k, str(doc[k]))
     table.add_row("compensation", str(len(doc["compensation"])))
     out.print(table)
@@ -395,27 +422,47 @@ app.add_typer(bench_app, name="bench")
 
 @bench_app.command("cost-law")
 def bench_cost_law(model: str = typer.Option("tiny-llama", help="Model name or path."),
-                   T: int = typer.Option(16, "--T", help="Session length for the τ sweep."),
+                   T: Optional[int] = typer.Option(None, "--T", help="Session length (default 16; 50 with --shape agent)."),
                    indep: str = typer.Option("0,0.25,0.5,0.75,1", help="Fractions of independent post-τ turns."),
                    reply: int = typer.Option(8, help="Tokens decoded per turn."),
                    repeats: int = typer.Option(3, help="Repeats per point (median time)."),
                    max_graph: int = typer.Option(1_000_000, help="Largest synthetic graph for the closure query."),
+                   shape: str = typer.Option("short", help="short: one-line turns, every τ. agent: a function-calling "
+                                             "session (tool schemas, requests, tool results), the target a tool result "
+                                             "12 turns before the end, a few τ."),
+                   cross_process: bool = typer.Option(False, "--cross-process", help="With --shape agent: store the "
+                                                      "session and forget with `unsee forget` (B5, B7) in fresh processes."),
                    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
                    plot_path: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG of the sweeps here.")) -> None:
     """Sweep τ and indep; B5, B5′ and B7 on the same sessions; fit B7's cost to T−τ+1."""
-    from unsee.impl.bench import cost_law, plot
+    from unsee.impl.bench import AGENT_SUFFIX, AGENT_T, cost_law, plot, sweep_taus
 
     try:
         fractions = [float(x) for x in indep.split(",") if x.strip()]
     except ValueError:
         _fail(ValueError(f"--indep must be comma-separated fractions, got {indep!r}"))
-    if T < 2 or any(not 0 <= f <= 1 for f in fractions):
+    if shape not in ("short", "agent"):
+        _fail(ValueError(f"--shape must be short or agent, got {shape!r}"))
+    if cross_process and shape != "agent":
+        _fail(ValueError("--cross-process measures the agent shape: add --shape agent"))
+    T = T if T is not None else (AGENT_T if shape == "agent" else 16)
+    if T < 2 or not fractions or any(not 0 <= f <= 1 for f in fractions):
         _fail(ValueError("--T must be >= 2 and every --indep fraction in [0, 1]"))
+    if shape == "agent" and T < AGENT_SUFFIX + 1:
+        _fail(ValueError(f"--shape agent needs --T >= {AGENT_SUFFIX + 1} (the target sits {AGENT_SUFFIX} turns before the end)"))
     sizes = tuple(n for n in (10**3, 10**4, 10**5, 10**6) if n <= max_graph)
     with _progress() as p:
-        task = p.add_task(f"cost law on {model}", total=T + len(fractions))
-        doc = cost_law(model, T, fractions, reply, repeats, sizes, on_point=lambda: p.advance(task))
-    t = Table(title=f"τ sweep, T={T} ({model}): tokens recomputed (prefilled+decoded), transitions")
+        total = len(sweep_taus(shape, T)) + len(fractions) * (2 if cross_process else 1)
+        task = p.add_task(f"cost law ({shape}) on {model}", total=total)
+        doc = cost_law(model, T, fractions, reply, repeats, sizes, on_point=lambda: p.advance(task), shape=shape,
+                       cross=cross_process)
+    agent = shape == "agent"
+    if agent:
+        sp = doc["system_prompt"]
+        out.print(f"agent shape: system prompt with {sp['tools']} tool schemas, {sp['tokens']} tokens ({model}); "
+                  f"T={T} observations, the target a tool result at τ=T−{AGENT_SUFFIX - 1}")
+    what = f"{len(doc['tau_sweep'])} suffixes" if agent else "every τ"
+    t = Table(title=f"τ sweep ({shape}, {what}), T={T} ({model}): tokens recomputed (prefilled+decoded), transitions")
     for c in ("τ", "T−τ+1", "B5", "B5′", "B7", "B7 transitions", "B7 s (median)", "B5 s (median)"):
         t.add_column(c, justify="right")
     for r in doc["tau_sweep"]:
@@ -439,8 +486,18 @@ def bench_cost_law(model: str = typer.Option("tiny-llama", help="Model name or p
     f = doc["fit"]
     out.print(f"B7 recomputed tokens = {f['slope']:.2f}·(T−τ+1) + {f['intercept']:.1f}, R² = {f['r2']:.5f}; "
               f"transitions R² = {doc['fit_transitions']['r2']:.5f}")
-    out.print(f"at the paper's shape: B5/B7 = {doc['ratio_full_reset']:.2f}×, B5′/B7 = {doc['ratio_prefix_cached']:.2f}×")
-    t3 = Table(title="forget cost vs T at a fixed suffix of 4")
+    if agent:
+        ps = doc["paper_shape"]
+        out.print(f"at suffix {ps['suffix']} (τ={ps['tau']}, indep {ps['indep']}): recomputed tokens B5/B7 = "
+                  f"{doc['ratio_full_reset']:.2f}×, B5′/B7 = {doc['ratio_prefix_cached']:.2f}×; in-process seconds "
+                  f"B5/B7 = {_fmt(doc['ratio_seconds_full_reset_in_process'])}×, "
+                  f"B5′/B7 = {_fmt(doc['ratio_seconds_prefix_cached'])}×")
+    else:
+        out.print(f"at the paper's shape: B5/B7 = {doc['ratio_full_reset']:.2f}×, B5′/B7 = {doc['ratio_prefix_cached']:.2f}×")
+    if cross_process:
+        _print_cross_process(doc)
+    suffix = doc["flat_in_T"][0]["suffix"] if doc["flat_in_T"] else 4
+    t3 = Table(title=f"forget cost vs T at a fixed suffix of {suffix}")
     for c in ("T", "B7 recomputed", "B5 recomputed", "B7 s", "B5 s"):
         t3.add_column(c, justify="right")
     for r in doc["flat_in_T"]:
@@ -456,6 +513,29 @@ def bench_cost_law(model: str = typer.Option("tiny-llama", help="Model name or p
     if plot_path is not None:
         plot(doc, plot_path)
         console.print(f"[dim]wrote {plot_path}[/dim]")
+
+
+def _print_cross_process(doc: dict) -> None:
+    """The agent shape across processes: `unsee forget` per method on a copy of the stored session."""
+    rows = doc["cross_process"]
+    r0 = rows[0]
+    t = Table(title=f"across processes (agent shape, T={r0['T']}, τ={r0['tau']}, suffix {r0['suffix']}): "
+                    "`unsee forget` in a fresh process on a copy of the stored session, no cache resident")
+    for c in ("indep", "method", "transitions", "prefilled", "decoded", "rematerialized", "restored", "load s",
+              "forget s", "process s", "digests = B5"):
+        t.add_column(c, justify="right")
+    for r in rows:
+        for m in ("B5", "B7"):
+            d = r[m]
+            t.add_row(str(r["indep"]), m, str(d["transitions"]), str(d["tokens_prefilled"]), str(d["tokens_decoded"]),
+                      str(d["tokens_rematerialized"]), _fmt(d.get("tokens_restored")), _fmt(d["load_seconds"]),
+                      _fmt(d["seconds"]), f"{d['process_seconds']:.2f}",
+                      "" if m == "B5" else ("[green]yes[/green]" if r["digests_equal"] else "[red]no[/red]"))
+    out.print(t)
+    out.print(f"across processes: B5/B7 forget seconds = {_fmt(doc['ratio_seconds_full_reset'])}× "
+              f"(whole process {_fmt(doc['ratio_process_seconds_full_reset'])}×); B7 re-materialized "
+              f"{doc['tokens_rematerialized']} tokens, load {_fmt(doc['load_seconds'])} s; "
+              f"in-process B5′/B7 seconds = {_fmt(doc['ratio_seconds_prefix_cached'])}×")
 
 
 def main() -> None:  # pragma: no cover

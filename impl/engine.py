@@ -12,11 +12,13 @@ from __future__ import annotations
 import copy
 import hashlib
 import os
+import time
 from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
 
+from unsee.impl.pages import PageKeys, page_layout
 from unsee.model.session import UnseeError
 
 
@@ -121,6 +123,21 @@ class KVEngine:
                 layer.values = torch.cat([layer.values, src.values[..., start:end, :]], dim=-2)
         self.logits = None
 
+    def rows(self, start: int, end: int) -> torch.Tensor:
+        """A copy of positions [start, end) of every layer: [layers, 2, kv_heads, n, head_dim]."""
+        with torch.inference_mode():
+            return torch.stack([torch.stack((k[0, :, start:end, :], v[0, :, start:end, :]))
+                                for k, v in self.kv_tensors()]).clone()
+
+    def append_pages(self, pages) -> None:
+        """Append K/V pages (as `rows` returns them) after the resident positions: no compute."""
+        with torch.inference_mode():
+            block = torch.cat([p.to(self.device) for p in pages], dim=3)  # [L, 2, h, n, d]
+            for i, layer in enumerate(self.cache.layers):
+                layer.keys = torch.cat([layer.keys, block[i, 0].unsqueeze(0)], dim=-2)
+                layer.values = torch.cat([layer.values, block[i, 1].unsqueeze(0)], dim=-2)
+        self.logits = None
+
     def teacher_force(self, ids) -> None:
         """Recorded decoded tokens, fed with the same shapes as the original decode."""
         for tok in ids:
@@ -214,6 +231,14 @@ class TorchLM:
         self.forced = None  # (mode, [recorded outputs]) for turns marked independent
         self.hits = 0
         self.ctx: list[int] = []  # the context tokens, to match against the prefix cache
+        # K/V pages (see unsee.impl.pages): captured after every transition when kv_pages is on;
+        # `page_source(key)` reads a page persisted by an earlier process (a store), or None.
+        self.kv_pages = True
+        self.keys = PageKeys()
+        self.pages: dict[str, torch.Tensor] = {}  # key → [layers, 2, kv_heads, n, head_dim]
+        self.page_source = None
+        self.chain: list[tuple[object, str]] = []  # (block, key) of the resident context, in order
+        self.capture_seconds = 0.0  # time spent slicing pages out of the cache (page-write overhead)
 
     # -- fast paths: opt-in, each reports what it guarantees where it is used -------------
     def set_prefix_cache(self, kv: KVRef, tokens) -> None:
@@ -227,6 +252,7 @@ class TorchLM:
         """The same θ with a cloned cache: a paired branch of the current state."""
         other = copy.copy(self)
         other.engine = self.engine.clone()
+        other.keys, other.pages, other.chain = self.keys.copy(), dict(self.pages), list(self.chain)
         return other
 
     # -- tokens ---------------------------------------------------------------------------
@@ -253,6 +279,7 @@ class TorchLM:
         self.epoch += 1
         self.engine.prefill(self.bos)
         self.ctx = []
+        self.chain = []
         return self._ref()
 
     def prefill(self, kv: KVRef, tokens, logits: bool = False) -> KVRef:
@@ -303,25 +330,80 @@ class TorchLM:
         self._live(kv)
         self.engine.crop(len(self.bos) + n)
         self.ctx = self.ctx[:n]
+        self.chain = [(b, k) for b, k in self.chain if b.end <= n]
         return self._ref()
 
-    def rebuild(self, tokens, blocks) -> KVRef:
-        """Re-materialize from recorded tokens on the canonical schedule (teacher-forced)."""
-        kv = self.empty()
-        for b in blocks:
+    def rebuild(self, tokens, blocks) -> tuple[KVRef, int]:
+        """The cache of a context given as recorded tokens and blocks, bit for bit as the
+        canonical schedule computed it. Returns (ref, tokens computed).
+
+        Leading blocks still resident at the same positions are kept (a compaction keeps its
+        system blocks); then blocks with a K/V page are read back; the rest is re-materialized
+        on the canonical schedule (each block's prefill as one forward, its decoded tokens
+        teacher-forced one per forward)."""
+        tokens = list(tokens)
+        keys = self.keys.keys(tokens, blocks)
+        keep = 0
+        while keep < min(len(keys), len(self.chain)) and self.chain[keep][1] == keys[keep]:
+            keep += 1
+        if keep and len(self.engine) < len(self.bos) + blocks[keep - 1].end:
+            keep = 0
+        if keep:
+            end = blocks[keep - 1].end
+            self.engine.crop(len(self.bos) + end)
+            self.epoch += 1
+        else:
+            self.empty()
+        pages = []
+        while keep + len(pages) < len(blocks) and self.kv_pages:
+            page = self.page(keys[keep + len(pages)])
+            if page is None:
+                break
+            pages.append(page)
+        if pages:
+            self.engine.append_pages(pages)
+        computed = 0
+        for b in blocks[keep + len(pages):]:
             self.engine.prefill(tokens[b.start:b.start + b.prefill])
             self.engine.teacher_force(tokens[b.start + b.prefill:b.end])
-        self.ctx = list(tokens)
+            computed += b.end - b.start
+        self.ctx = tokens
+        self.chain = list(zip(blocks, keys))
         kv = self._ref()
         if kv.length != len(tokens):
             raise UnseeError(f"re-materialized {kv.length} positions for {len(tokens)} recorded tokens")
-        return kv
+        return kv, computed
+
+    # -- K/V pages ----------------------------------------------------------------------------
+    def page(self, key: str) -> torch.Tensor | None:
+        if key in self.pages:
+            return self.pages[key]
+        return None if self.page_source is None else self.page_source(key)
+
+    def after_step(self, state) -> None:
+        """Capture the K/V rows of every block of R_t not paged yet (each block once)."""
+        if not self.resident(state.kv):
+            raise UnseeError("after_step: the state's cache is not the resident one")
+        keys = self.keys.keys(state.tokens, state.blocks)
+        self.chain = list(zip(state.blocks, keys))
+        if not self.kv_pages:
+            return
+        t0 = time.perf_counter()
+        b = len(self.bos)
+        for blk, key in self.chain:
+            if key not in self.pages:
+                self.pages[key] = self.engine.rows(b + blk.start, b + blk.end)
+        self.capture_seconds += time.perf_counter() - t0
+
+    def page_layout(self) -> dict:
+        return page_layout(self.engine.rows(0, 1))
 
     def select(self, kv: KVRef, positions) -> KVRef:
         self._live(kv)
         b = len(self.bos)
         self.engine.select(list(range(b)) + [p + b for p in positions])
         self.ctx = [self.ctx[p] for p in positions]
+        self.chain = []  # the rows left are no block's rows at their positions
         return self._ref()
 
     def kv_digest(self, kv: KVRef) -> str:

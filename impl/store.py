@@ -1,9 +1,13 @@
 """The session store: one SQLite file holding everything a forget needs after a restart.
 
-Tables: meta (format version, model, policy, config, final digests), observations, states
-(each R_t's layers except the cache, which is never persisted: a forget re-materializes it
-from the recorded tokens), artifacts and edges (the provenance graph), checkpoints,
-snapshots (environment), world (side effects that fired) and receipts.
+Tables: meta (format version, model, policy, config, final digests, K/V page layout),
+observations (with their hash chain), deltas (R_t as what it changed in R_{t-1}: the store
+grows linearly with the session), artifacts and edges (the provenance graph), checkpoints
+(boundary and environment snapshot; the manifest is R_boundary's blocks), snapshots
+(environment), world (side effects that fired), receipts, and pages (every block's K/V rows,
+written once, named by content: see unsee.impl.pages).
+
+A forget rewrites only what follows its splice point (`save(..., since=c)`).
 
 Everything a save writes goes in one transaction, so a reader sees the old session or the
 new one, never a mix.
@@ -11,6 +15,7 @@ new one, never a mix.
 
 from __future__ import annotations
 
+import bisect
 import fcntl
 import hashlib
 import json
@@ -22,24 +27,30 @@ from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from unsee.impl.pages import ITEMSIZE, from_bytes, to_bytes
 from unsee.model.session import Checkpoint, Session, UnseeError
 from unsee.model.state import Artifact, Block, Config, LedgerEntry, Observation, State, ToolCall
 
-FORMAT = 1
+FORMAT = 2  # 1: every R_t stored whole (quadratic); 2: per-transition deltas and K/V pages
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS observations (t INTEGER PRIMARY KEY, body TEXT NOT NULL, chain TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS states (t INTEGER PRIMARY KEY, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS deltas (t INTEGER PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS artifacts (id TEXT PRIMARY KEY, type TEXT, source_ids TEXT, token_span TEXT,
                                       turn INTEGER, committed INTEGER, ord INTEGER);
-CREATE TABLE IF NOT EXISTS edges (parent TEXT, child TEXT, ord INTEGER);
+CREATE TABLE IF NOT EXISTS edges (parent TEXT, child TEXT, ord INTEGER, turn INTEGER);
 CREATE TABLE IF NOT EXISTS checkpoints (boundary INTEGER PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS snapshots (id TEXT PRIMARY KEY, env TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS world (call_id TEXT PRIMARY KEY, tool TEXT, args TEXT, turn INTEGER);
 CREATE TABLE IF NOT EXISTS receipts (n INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS pages (key TEXT PRIMARY KEY, born INTEGER NOT NULL, data BLOB NOT NULL);
 """
-
+INDEXES = """
+CREATE INDEX IF NOT EXISTS artifacts_turn ON artifacts (turn);
+CREATE INDEX IF NOT EXISTS edges_turn ON edges (turn);
+CREATE INDEX IF NOT EXISTS pages_born ON pages (born);
+"""
 
 class StoreError(UnseeError):
     pass
@@ -50,31 +61,74 @@ class Failpoint(RuntimeError):
 
 
 WRITE_POINTS = ("begin", "clear", "meta", "observations", "states", "artifacts", "edges", "checkpoints",
-                "snapshots", "world", "receipt", "commit")
+                "snapshots", "world", "pages", "receipt", "commit")
 
 
-def chain(observations) -> list[str]:
-    """The hash chain of the observation log: h_t = sha256(h_{t-1} ‖ o_t)."""
-    h, out = "0" * 64, []
+def chain(observations, head: str = "0" * 64) -> list[str]:
+    """The hash chain of the observation log: h_t = sha256(h_{t-1} ‖ o_t), from h_0 = head."""
+    h, out = head, []
     for o in observations:
         h = hashlib.sha256((h + json.dumps(o.to_json(), sort_keys=True)).encode()).hexdigest()
         out.append(h)
     return out
 
 
-def _state_json(s: State) -> str:
-    return json.dumps({
-        "turn": s.turn, "tokens": list(s.tokens),
-        "blocks": [[b.artifact, b.kind, b.start, b.end, b.prefill] for b in s.blocks],
-        "memory": [[m[0], list(m[1])] for m in s.memory],
-        "summary": None if s.summary is None else list(s.summary),
-        "plan": [[c.call_id, c.tool, list(c.args), c.plan] for c in s.plan],
-        "env": [list(kv) for kv in s.env],
-        "ledger": [[e.call_id, e.tool, list(e.args), e.turn] for e in s.ledger],
-    })
+def _common(prev: tuple, cur: tuple) -> int:
+    """Length of the common prefix (states append, except where a compaction rewrites)."""
+    n = len(prev)
+    if len(cur) >= n and cur[:n] == prev:
+        return n
+    k = 0
+    for a, b in zip(prev, cur):
+        if a != b:
+            break
+        k += 1
+    return k
 
 
-def _state_from(d: dict, config: Config, artifacts: tuple[Artifact, ...]) -> State:
+# Tuple layers stored as (kept prefix length, appended tail): a turn costs what it added.
+_APPEND = {
+    "tokens": (lambda s: s.tokens, lambda x: x, lambda x: x),
+    "blocks": (lambda s: s.blocks, lambda b: [b.artifact, b.kind, b.start, b.end, b.prefill], lambda b: Block(*b)),
+    "memory": (lambda s: s.memory, lambda m: [m[0], list(m[1])], lambda m: (m[0], tuple(m[1]))),
+    "ledger": (lambda s: s.ledger, lambda e: [e.call_id, e.tool, list(e.args), e.turn],
+               lambda e: LedgerEntry(e[0], e[1], tuple(e[2]), e[3])),
+}
+# Small layers stored whole, and only when they changed.
+_WHOLE = {
+    "summary": (lambda s: s.summary, lambda v: None if v is None else list(v),
+                lambda v: None if v is None else tuple(v)),
+    "plan": (lambda s: s.plan, lambda v: [[c.call_id, c.tool, list(c.args), c.plan] for c in v],
+             lambda v: tuple(ToolCall(c[0], c[1], tuple(c[2]), c[3]) for c in v)),
+    "env": (lambda s: s.env, lambda v: [list(kv) for kv in v], lambda v: tuple(tuple(kv) for kv in v)),
+}
+
+
+def _delta_json(prev: State | None, cur: State) -> str:
+    """R_t as a delta against R_{t-1} (R_0 against nothing)."""
+    d: dict = {"turn": cur.turn}
+    for name, (get, enc, _) in _APPEND.items():
+        old, new = (() if prev is None else get(prev)), get(cur)
+        k = _common(old, new)
+        d[name] = [k, [enc(x) for x in new[k:]]]
+    for name, (get, enc, _) in _WHOLE.items():
+        if prev is None or get(prev) != get(cur):
+            d[name] = enc(get(cur))
+    return json.dumps(d, separators=(",", ":"))
+
+
+def _apply_delta(prev: State | None, d: dict, config: Config) -> State:
+    fields = {"turn": d["turn"]}
+    for name, (get, _, dec) in _APPEND.items():
+        k, tail = d[name]
+        fields[name] = (() if prev is None else get(prev)[:k]) + tuple(dec(x) for x in tail)
+    for name, (get, _, dec) in _WHOLE.items():
+        fields[name] = dec(d[name]) if name in d else get(prev)
+    return State(config=config, kv=None, **fields)
+
+
+def _state_from_v1(d: dict, config: Config) -> State:
+    """A state stored whole by format 1 (read only to migrate)."""
     return State(
         config=config, turn=d["turn"], tokens=tuple(d["tokens"]), kv=None,
         blocks=tuple(Block(*b) for b in d["blocks"]),
@@ -83,8 +137,31 @@ def _state_from(d: dict, config: Config, artifacts: tuple[Artifact, ...]) -> Sta
         plan=tuple(ToolCall(c[0], c[1], tuple(c[2]), c[3]) for c in d["plan"]),
         env=tuple(tuple(kv) for kv in d["env"]),
         ledger=tuple(LedgerEntry(e[0], e[1], tuple(e[2]), e[3]) for e in d["ledger"]),
-        artifacts=tuple(a for a in artifacts if a.turn <= d["turn"]),
     )
+
+
+def _with_artifacts(states, artifacts: tuple[Artifact, ...]) -> tuple[State, ...]:
+    """R_t's artifacts are the session's artifacts of turn ≤ t (execution only appends, Lemma
+    2(i)); artifacts are stored in creation order, so each state's are a prefix."""
+    turns = [a.turn for a in artifacts]
+    if turns != sorted(turns):
+        raise StoreError("artifacts are not stored in turn order: the store is corrupt")
+    return tuple(replace(r, artifacts=artifacts[:bisect.bisect_right(turns, r.turn)]) for r in states)
+
+
+def _checkpoint_json(cp: Checkpoint, s: Session) -> str:
+    """A checkpoint without its manifest and offset: both are R_boundary's (see _checkpoint),
+    so storing them would grow the store with the square of the session."""
+    r = s.states[cp.boundary]
+    if cp.token_offset != len(r.tokens) or cp.manifest != tuple(b.artifact for b in r.blocks):
+        raise StoreError(f"checkpoint {cp.boundary} does not describe R_{cp.boundary}")
+    return json.dumps({"boundary": cp.boundary, "cache_handle": cp.cache_handle, "env_snapshot": cp.env_snapshot})
+
+
+def _checkpoint_from(d: dict, states) -> Checkpoint:
+    r = states[d["boundary"]]
+    return Checkpoint(d["boundary"], len(r.tokens), d["cache_handle"], d["env_snapshot"],
+                      tuple(b.artifact for b in r.blocks))
 
 
 class Store:
@@ -94,6 +171,7 @@ class Store:
             raise StoreError(f"no session store at {self.path}; create one with `unsee run EPISODE --db {self.path}`")
         self.failpoint = os.environ.get("UNSEE_FAILPOINT")
         self.recovered: str | None = None
+        self.migrated: str | None = None
         self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
         try:
             self.db.execute("PRAGMA secure_delete = ON")  # freed pages are zeroed, not left behind
@@ -103,6 +181,10 @@ class Store:
             raise StoreError(f"{self.path} is not a readable unsee store ({e}); restore it from a backup") from e
         if fmt is not None and int(fmt) > FORMAT:
             raise StoreError(f"{self.path} was written by a newer unsee (store format {fmt} > {FORMAT}); upgrade unsee")
+        if fmt == "1":
+            self._migrate_v1()
+            self.migrated = "format 1 → 2 (each R_t whole → per-transition deltas)"
+        self.db.executescript(INDEXES)
         pending = self.meta("pending_forget")
         if pending is not None:  # SQLite already rolled back the partial write; say so, then clear the intent
             self.recovered = (f"an interrupted forget ({json.loads(pending)['method']}, started "
@@ -152,47 +234,83 @@ class Store:
     def has_session(self) -> bool:
         return self.meta("model") is not None
 
-    def save(self, s: Session, model: str, digests: dict, receipt: dict | None = None) -> None:
-        """Replace the stored session with `s`, in one transaction."""
-        final = s.state
+    def save(self, s: Session, model: str, digests: dict, receipt: dict | None = None,
+             since: int | None = None) -> None:
+        """Write `s`, in one transaction.
+
+        since=None replaces the stored session whole. since=c writes only what follows R_c:
+        the caller guarantees that the stored R_0..R_c, o_1..o_c and their artifacts are `s`'s
+        (a forget spliced at c, or c = T−1 after one more step). Rows of the old suffix are
+        deleted, K/V pages born after c included, with secure_delete on; then VACUUM."""
         db = self.db
-        hashes = chain(s.observations)
+        c = -1 if since is None else since
+        if not -1 <= c <= s.T:
+            raise StoreError(f"cannot save from R_{c}: the session has T={s.T}")
+        if c >= 0:
+            row = db.execute("SELECT chain FROM observations WHERE t = ?", (c,)).fetchone()
+            head = "0" * 64 if c == 0 else (row[0] if row else None)
+            if head is None:
+                raise StoreError(f"{self.path} holds no o_{c} to save after; save the whole session")
+        else:
+            head = "0" * 64
+        obs_new = s.observations[max(c, 0):]
+        hashes = chain(obs_new, head)
+        pages = self._pages_to_write(s, c)
         db.execute("BEGIN IMMEDIATE")
         try:
             self._point("begin")
-            for table in ("observations", "states", "artifacts", "edges", "checkpoints", "snapshots", "world"):
-                db.execute(f"DELETE FROM {table}")
+            if c < 0:
+                for table in ("observations", "deltas", "artifacts", "edges", "checkpoints", "snapshots", "world",
+                              "pages"):
+                    db.execute(f"DELETE FROM {table}")
+            else:
+                for table, col in (("observations", "t"), ("deltas", "t"), ("artifacts", "turn"), ("edges", "turn"),
+                                   ("checkpoints", "boundary"), ("pages", "born")):
+                    db.execute(f"DELETE FROM {table} WHERE {col} > ?", (c,))
+                db.execute("DELETE FROM world")
             self._point("clear")
             meta = {"format": str(FORMAT), "model": model, "policy": s.policy,
                     "config": json.dumps(asdict(s.config)), "digests": json.dumps(digests),
                     "forgotten": json.dumps(sorted(set(json.loads(self.meta("forgotten", "[]")))
                                                    | {self.target_digest(x) for x in s.forgotten})),
-                    "chain_head": hashes[-1] if hashes else "0" * 64}
+                    "chain_head": hashes[-1] if hashes else head}
+            if pages is not None:
+                meta["kv_pages"] = json.dumps(pages[0])
             db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta.items())
             db.execute("DELETE FROM meta WHERE key = 'pending_forget'")
             self._point("meta")
+            first = max(c, 0) + 1
             db.executemany("INSERT INTO observations VALUES (?, ?, ?)",
-                           [(t, json.dumps(o.to_json()), h) for t, (o, h) in enumerate(zip(s.observations, hashes), 1)])
+                           [(t, json.dumps(o.to_json()), h) for t, (o, h) in enumerate(zip(obs_new, hashes), first)])
             self._point("observations")
-            db.executemany("INSERT INTO states VALUES (?, ?)", [(t, _state_json(r)) for t, r in enumerate(s.states)])
+            db.executemany("INSERT INTO deltas VALUES (?, ?)",
+                           [(t, _delta_json(s.states[t - 1] if t else None, s.states[t]))
+                            for t in range(c + 1, s.T + 1)])
             self._point("states")
+            final = s.state
+            fresh = [(i, a) for i, a in enumerate(final.artifacts) if a.turn > c]
             db.executemany("INSERT INTO artifacts VALUES (?, ?, ?, ?, ?, ?, ?)",
                            [(a.id, a.type, json.dumps(sorted(a.source_ids)), json.dumps(a.token_span), a.turn,
-                             int(a.committed), i) for i, a in enumerate(final.artifacts)])
+                             int(a.committed), i) for i, a in fresh])
             self._point("artifacts")
-            db.executemany("INSERT INTO edges VALUES (?, ?, ?)",
-                           [(p, a.id, i) for a in final.artifacts for i, p in enumerate(a.parents)])
+            db.executemany("INSERT INTO edges VALUES (?, ?, ?, ?)",
+                           [(p, a.id, k, a.turn) for _, a in fresh for k, p in enumerate(a.parents)])
             self._point("edges")
-            db.executemany("INSERT INTO checkpoints VALUES (?, ?)",
-                           [(c.boundary, json.dumps(asdict(c))) for c in s.checkpoints])
+            db.executemany("INSERT OR REPLACE INTO checkpoints VALUES (?, ?)",
+                           [(cp.boundary, _checkpoint_json(cp, s)) for cp in s.checkpoints if cp.boundary >= c])
             self._point("checkpoints")
-            used = {c.env_snapshot for c in s.checkpoints}
+            used = {cp.env_snapshot for cp in s.checkpoints}
+            stored = {k for (k,) in db.execute("SELECT id FROM snapshots")}
+            db.executemany("DELETE FROM snapshots WHERE id = ?", [(k,) for k in stored - used])
             db.executemany("INSERT INTO snapshots VALUES (?, ?)",
-                           [(k, json.dumps(v)) for k, v in s.snapshots if k in used])
+                           [(k, json.dumps(v)) for k, v in dict(s.snapshots).items() if k in used - stored])
             self._point("snapshots")
             db.executemany("INSERT INTO world VALUES (?, ?, ?, ?)",
                            [(e.call_id, e.tool, json.dumps(list(e.args)), e.turn) for e in s.world])
             self._point("world")
+            if pages is not None:
+                db.executemany("INSERT OR IGNORE INTO pages VALUES (?, ?, ?)", pages[1])
+            self._point("pages")
             if receipt is not None:
                 db.execute("INSERT INTO receipts (body) VALUES (?)", (json.dumps({**receipt, "log_head": meta["chain_head"]}),))
             self._point("receipt")
@@ -202,6 +320,64 @@ class Store:
             raise
         self._point("commit")
         db.execute("VACUUM")  # rewrite the file: no page that held the target survives
+
+    def _pages_to_write(self, s: Session, c: int):
+        """(layout, rows) of the K/V pages first used by R_{c+1}..R_T and not stored yet, or
+        None when the session's engine keeps no pages."""
+        lm = s.lm
+        if not getattr(lm, "kv_pages", False):
+            return None
+        layout, rows, seen = lm.page_layout(), [], set()
+        for t in range(c + 1, s.T + 1):
+            r = s.states[t]
+            for key in lm.keys.keys(r.tokens, r.blocks):
+                if key not in seen:
+                    seen.add(key)
+                    rows.append((key, t))
+        kept = set()
+        if c >= 0:
+            ks = [k for k, _ in rows]
+            for i in range(0, len(ks), 500):  # those born ≤ c stay stored as they are
+                chunk = ks[i:i + 500]
+                kept |= {k for (k,) in self.db.execute(
+                    f"SELECT key FROM pages WHERE born <= ? AND key IN ({','.join('?' * len(chunk))})", (c, *chunk))}
+        out = []
+        for key, t in rows:
+            if key in kept:
+                continue
+            page = lm.page(key)
+            if page is None:
+                raise StoreError(f"the K/V page of a block of R_{t} was never captured; run with kv_pages on "
+                                 "from the start, or save with --kv-pages none")
+            out.append((key, t, to_bytes(page)))
+        return layout, out
+
+    def page_reader(self, device):
+        """key → the stored K/V page as a tensor on `device`, or None."""
+        raw = self.meta("kv_pages")
+        if raw is None:
+            return None
+        layout = json.loads(raw)
+
+        def read(key: str):
+            row = self.db.execute("SELECT data FROM pages WHERE key = ?", (key,)).fetchone()
+            return None if row is None else from_bytes(row[0], layout, device)
+        return read
+
+    def page_bytes(self) -> tuple[int, int, int]:
+        """(pages, bytes, tokens) of the K/V pages stored."""
+        n, b = self.db.execute("SELECT COUNT(*), COALESCE(SUM(LENGTH(data)), 0) FROM pages").fetchone()
+        raw = self.meta("kv_pages")
+        if not n or raw is None:
+            return n, b, 0
+        lay = json.loads(raw)
+        per_token = lay["layers"] * 2 * lay["kv_heads"] * lay["head_dim"] * ITEMSIZE[lay["dtype"]]
+        return n, b, b // per_token
+
+    def sources(self) -> set[str]:
+        """Every source id in the stored observation log."""
+        return {x for (b,) in self.db.execute("SELECT body FROM observations")
+                for x in Observation.from_json(json.loads(b)).sources}
 
     def load(self, model_lm) -> Session:
         if not self.has_session():
@@ -223,18 +399,51 @@ class Store:
                 raise StoreError(f"{self.path}: the observation log was altered at t={t} (hash chain broken)")
         if rows and rows[-1][2] != self.meta("chain_head"):
             raise StoreError(f"{self.path}: the observation log does not end where the store says (chain head)")
-        states = tuple(_state_from(json.loads(b), config, arts) for (b,) in
-                       db.execute("SELECT body FROM states ORDER BY t"))
-        cps = tuple(Checkpoint(**{**d, "manifest": tuple(d["manifest"])}) for d in
-                    (json.loads(b) for (b,) in db.execute("SELECT body FROM checkpoints ORDER BY boundary")))
+        states, prev = [], None
+        for (body,) in db.execute("SELECT body FROM deltas ORDER BY t"):
+            prev = _apply_delta(prev, json.loads(body), config)
+            states.append(prev)
+        if len(states) != len(obs) + 1:
+            raise StoreError(f"{self.path} is corrupt: {len(obs)} observations but {len(states)} states")
+        states = _with_artifacts(states, arts)
+        cps = tuple(_checkpoint_from(json.loads(b), states) for (b,) in
+                    db.execute("SELECT body FROM checkpoints ORDER BY boundary"))
         snaps = tuple((k, tuple(tuple(x) for x in json.loads(v))) for k, v in
                       db.execute("SELECT id, env FROM snapshots ORDER BY rowid"))
         world = tuple(LedgerEntry(c, t, tuple(json.loads(a)), turn) for c, t, a, turn in
                       db.execute("SELECT call_id, tool, args, turn FROM world ORDER BY turn, call_id"))
-        if len(states) != len(obs) + 1:
-            raise StoreError(f"{self.path} is corrupt: {len(obs)} observations but {len(states)} states")
         # forgotten sources are kept only as salted digests (see is_forgotten)
         return Session(config, self.meta("policy"), obs, states, cps, snaps, world, frozenset(), lm=model_lm)
+
+    def _migrate_v1(self) -> None:
+        """Format 1 → 2 in place, in one transaction: every R_t stored whole becomes a delta."""
+        db = self.db
+        config = Config(**{k: (tuple(tuple(x) for x in v) if k == "env" else v)
+                           for k, v in json.loads(self.meta("config")).items()})
+        states = [_state_from_v1(json.loads(b), config) for (b,) in db.execute("SELECT body FROM states ORDER BY t")]
+        turns = dict(db.execute("SELECT id, turn FROM artifacts"))
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute("ALTER TABLE edges ADD COLUMN turn INTEGER")
+            db.executemany("UPDATE edges SET turn = ? WHERE child = ?", [(t, a) for a, t in turns.items()])
+            db.execute("DELETE FROM deltas")
+            db.executemany("INSERT INTO deltas VALUES (?, ?)",
+                           [(t, _delta_json(states[t - 1] if t else None, r)) for t, r in enumerate(states)])
+            bodies = [(b, json.loads(body)) for b, body in db.execute("SELECT boundary, body FROM checkpoints")]
+            for b, d in bodies:
+                r = states[b]
+                if tuple(d["manifest"]) != tuple(x.artifact for x in r.blocks) or d["token_offset"] != len(r.tokens):
+                    raise StoreError(f"{self.path}: checkpoint {b} does not describe R_{b}; the store is corrupt")
+            db.executemany("UPDATE checkpoints SET body = ? WHERE boundary = ?",
+                           [(json.dumps({k: d[k] for k in ("boundary", "cache_handle", "env_snapshot")}), b)
+                            for b, d in bodies])
+            db.execute("DROP TABLE states")
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('format', ?)", (str(FORMAT),))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("VACUUM")
 
     def is_forgotten(self, source: str) -> bool:
         return self.meta("salt") is not None and self.target_digest(source) in json.loads(self.meta("forgotten", "[]"))

@@ -135,8 +135,12 @@ class ReferenceLM:
         return kv is not None  # a value is at hand unless a store left it out
 
     def rebuild(self, tokens, blocks):
-        """Re-materialize a cache from recorded tokens (teacher-forced; here one extend)."""
-        return extend((), tuple(tokens))
+        """Re-materialize a cache from recorded tokens (teacher-forced; here one extend).
+        Returns (kv, tokens computed): the reference keeps no pages, so it computes them all."""
+        return extend((), tuple(tokens)), len(tokens)
+
+    def after_step(self, state) -> None:
+        """Called with each new state R_t; a real engine persists the K/V it computed."""
 
     def select(self, kv, positions):
         return tuple(kv[i] for i in positions)

@@ -71,6 +71,7 @@ class Receipt:
     compensation: tuple[dict, ...] = ()  # committed side effects the counterfactual would not make (A3)
     deduplicated: tuple[str, ...] = ()  # call ids replay recognised as already committed
     replayed: tuple[Observation, ...] = field(default=(), repr=False)  # the sanitized õ_t fed to F
+    tokens_restored: int = 0  # R_{c} context rows read back from K/V pages (no compute)
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,7 @@ def append(s: Session, obs: Observation, meter: Meter | None = None,
     if s.checkpoints[-1].boundary != s.T and wants_checkpoint(s.policy, r, obs):
         s = _checkpoint(s, r, s.T)
     r2 = step(r, obs, meter, s.lm)
+    s.lm.after_step(r2)
     effects = r2.ledger[len(r.ledger):]
     s = replace(s, observations=s.observations + (obs,), states=s.states + (r2,))
     if fire:
@@ -199,8 +201,10 @@ def restore(s: Session, c: Checkpoint, meter: Meter) -> State:
     """Line 5: crop the cache to c's offset and load the environment snapshot.
 
     The cache is cropped when c's prompt manifest is still a prefix of the context; after a
-    compaction rebuilt the cache it is re-materialized from the stored trajectory (counted
-    in meter.tokens_rematerialized, not as transitions). The non-KV layers at the boundary
+    compaction rebuilt the cache, or in a new process, it is brought back from the stored
+    trajectory: read from K/V pages where the engine keeps them (meter.tokens_restored),
+    re-materialized from the recorded tokens otherwise (meter.tokens_rematerialized); neither
+    counts as a transition. The non-KV layers at the boundary
     are read from the stored trajectory R_boundary (route (a) of Corollary 1).
     """
     stored = s.states[c.boundary]
@@ -210,8 +214,9 @@ def restore(s: Session, c: Checkpoint, meter: Meter) -> State:
         tokens, kv = live.tokens[: c.token_offset], s.lm.crop(live.kv, c.token_offset)
     else:
         tokens = stored.tokens
-        kv = s.lm.rebuild(tokens, stored.blocks)
-        meter.tokens_rematerialized += len(tokens)
+        kv, computed = s.lm.rebuild(tokens, stored.blocks)
+        meter.tokens_rematerialized += computed
+        meter.tokens_restored += len(tokens) - computed
     restored = replace(stored, tokens=tokens, kv=kv, env=env)
     if replace(restored, kv=None) != replace(stored, kv=None):
         raise UnseeError(f"checkpoint at boundary {c.boundary} does not restore R_{c.boundary}: the store is corrupt")
@@ -280,7 +285,8 @@ def _replay(s: Session, start: State, boundary: int, sources, meter: Meter,
 def _receipt(method, sources, tau, s, new, c, meter, t0, taint, dedup, comp, replayed) -> Receipt:
     return Receipt(tuple(sources), method, tau, s.T, c, meter.transitions, meter.tokens_prefilled,
                    meter.tokens_decoded, meter.tokens_rematerialized, time.perf_counter() - t0,
-                   layer_digests(new.state, s.lm), tuple(sorted(taint)), tuple(comp), tuple(dedup), replayed)
+                   layer_digests(new.state, s.lm), tuple(sorted(taint)), tuple(comp), tuple(dedup), replayed,
+                   meter.tokens_restored)
 
 
 def _locate(s: Session, sources):

@@ -287,7 +287,8 @@ class Meter:
     transitions: int = 0
     tokens_prefilled: int = 0
     tokens_decoded: int = 0
-    tokens_rematerialized: int = 0
+    tokens_rematerialized: int = 0  # restore: context rows recomputed from the recorded tokens
+    tokens_restored: int = 0  # restore: context rows read back (K/V pages), no compute
 
 
 def step(state: State, obs: Observation, meter: Meter | None = None, model=lm.REFERENCE) -> State:
@@ -357,8 +358,10 @@ def compact(b: _Turn) -> tuple[int, ...]:
     start = len(tokens)
     b.blocks = keep + [Block(sid, "summary", start, start + n, n)]
     b.tokens = tokens + list(summary)
-    b.kv = b.lm.rebuild(b.tokens, b.blocks)  # rebuilt cache: the old one is not resident any more
-    b.prefilled += len(b.tokens)
+    # rebuilt cache: the old one is not resident any more. An engine may keep the leading
+    # system blocks' rows (same tokens at the same positions: same bits) and count only what it computed.
+    b.kv, computed = b.lm.rebuild(b.tokens, b.blocks)
+    b.prefilled += computed
     rec = b.artifact("memory_record", (sid,))  # summary write-back
     b.memory.append((rec, summary))
     return summary

@@ -41,9 +41,9 @@ def test_check_detects_a_tampered_store(tmp_path):
     db = tmp_path / "s.db"
     unsee("run", EPISODE, "--db", db, "--model", "reference")
     con = sqlite3.connect(db)
-    body = json.loads(con.execute("SELECT body FROM states WHERE t = 7").fetchone()[0])
-    body["tokens"][0] += 1
-    con.execute("UPDATE states SET body = ? WHERE t = 7", (json.dumps(body),))
+    body = json.loads(con.execute("SELECT body FROM deltas WHERE t = 7").fetchone()[0])
+    body["tokens"][1][0] += 1  # the first token R_7 appended to R_6's transcript
+    con.execute("UPDATE deltas SET body = ? WHERE t = 7", (json.dumps(body),))
     con.commit()
     con.close()
     p = unsee("check", "--db", db, check=False)
