@@ -9,6 +9,7 @@ are decoded by the model, and tool arguments are the tokens the model produced.
 from __future__ import annotations
 
 import copy
+import json
 
 from unsee.model.runtime import ReferenceRuntime
 from unsee.model.state import Config, Meter
@@ -67,11 +68,17 @@ def open_runtime(store, **kw) -> ReferenceRuntime:
     from the store's K/V pages where it keeps them."""
     from unsee.impl.store import with_live_cache
 
+    from unsee.impl.store import StoreError
+
     model = store.meta("model")
-    pages = store.meta("kv_pages") is not None
-    rt = make_runtime(model, Config(), store.meta("policy"), **({"kv_pages": pages} if model != "reference" else {}),
-                      **kw)
-    if pages:
+    pages = store.meta("kv_pages")
+    if model != "reference":
+        kw = {"kv_pages": pages is not None, "dtype": store.meta("dtype", "float32"), **kw}
+    rt = make_runtime(model, Config(), store.meta("policy"), **kw)
+    if pages is not None:
+        if json.loads(pages) != rt.model.page_layout():
+            raise StoreError(f"the K/V pages in {store.path} have layout {pages}, but {model} loads as "
+                             f"{rt.model.page_layout()}: open it with the dtype it was run with")
         rt.model.page_source = store.page_reader(rt.model.engine.device)
     rt.session = with_live_cache(store.load(rt.model))
     rt.config = rt.session.config

@@ -19,6 +19,7 @@ import bisect
 import fcntl
 import hashlib
 import json
+import operator
 import os
 import secrets
 import sqlite3
@@ -29,7 +30,7 @@ from pathlib import Path
 
 from unsee.impl.pages import ITEMSIZE, from_bytes, to_bytes
 from unsee.model.session import Checkpoint, Session, UnseeError
-from unsee.model.state import Artifact, Block, Config, LedgerEntry, Observation, State, ToolCall
+from unsee.model.state import Artifact, Block, Config, LedgerEntry, Observation, State, ToolCall, graph_digest
 
 FORMAT = 2  # 1: every R_t stored whole (quadratic); 2: per-transition deltas and K/V pages
 
@@ -121,7 +122,9 @@ def _apply_delta(prev: State | None, d: dict, config: Config) -> State:
     fields = {"turn": d["turn"]}
     for name, (get, _, dec) in _APPEND.items():
         k, tail = d[name]
-        fields[name] = (() if prev is None else get(prev)[:k]) + tuple(dec(x) for x in tail)
+        old = () if prev is None else get(prev)
+        kept = old if k == len(old) else old[:k]
+        fields[name] = kept + (tuple(map(dec, tail)) if tail else ())
     for name, (get, _, dec) in _WHOLE.items():
         fields[name] = dec(d[name]) if name in d else get(prev)
     return State(config=config, kv=None, **fields)
@@ -149,6 +152,26 @@ def _with_artifacts(states, artifacts: tuple[Artifact, ...]) -> tuple[State, ...
     return tuple(replace(r, artifacts=artifacts[:bisect.bisect_right(turns, r.turn)]) for r in states)
 
 
+def _inherited(parents, by_id) -> frozenset:
+    out: frozenset = frozenset()
+    for p in parents:
+        out = out | by_id[p].source_ids
+    return out
+
+
+def _sources_json(a: Artifact, by_id) -> str:
+    """source_ids relative to the parents' (oracle propagation makes them the parents' union,
+    which grows with the session): what it adds and what it drops."""
+    inherited = _inherited(a.parents, by_id)
+    return json.dumps({"+": sorted(a.source_ids - inherited), "-": sorted(inherited - a.source_ids)})
+
+
+def _sources_from(d, parents, by_id) -> frozenset:
+    if isinstance(d, list):  # format 1: stored whole
+        return frozenset(d)
+    return (_inherited(parents, by_id) | frozenset(d["+"])) - frozenset(d["-"])
+
+
 def _checkpoint_json(cp: Checkpoint, s: Session) -> str:
     """A checkpoint without its manifest and offset: both are R_boundary's (see _checkpoint),
     so storing them would grow the store with the square of the session."""
@@ -161,7 +184,10 @@ def _checkpoint_json(cp: Checkpoint, s: Session) -> str:
 def _checkpoint_from(d: dict, states) -> Checkpoint:
     r = states[d["boundary"]]
     return Checkpoint(d["boundary"], len(r.tokens), d["cache_handle"], d["env_snapshot"],
-                      tuple(b.artifact for b in r.blocks))
+                      tuple(map(_ARTIFACT, r.blocks)))
+
+
+_ARTIFACT = operator.attrgetter("artifact")
 
 
 class Store:
@@ -276,6 +302,9 @@ class Store:
                     "chain_head": hashes[-1] if hashes else head}
             if pages is not None:
                 meta["kv_pages"] = json.dumps(pages[0])
+            dtype = getattr(getattr(s.lm, "bundle", None), "dtype", None)
+            if dtype is not None:  # a forget must run on the same θ: same weights, same dtype
+                meta["dtype"] = str(dtype).removeprefix("torch.")
             db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta.items())
             db.execute("DELETE FROM meta WHERE key = 'pending_forget'")
             self._point("meta")
@@ -288,9 +317,10 @@ class Store:
                             for t in range(c + 1, s.T + 1)])
             self._point("states")
             final = s.state
+            by_id = {a.id: a for a in final.artifacts}
             fresh = [(i, a) for i, a in enumerate(final.artifacts) if a.turn > c]
             db.executemany("INSERT INTO artifacts VALUES (?, ?, ?, ?, ?, ?, ?)",
-                           [(a.id, a.type, json.dumps(sorted(a.source_ids)), json.dumps(a.token_span), a.turn,
+                           [(a.id, a.type, _sources_json(a, by_id), json.dumps(a.token_span), a.turn,
                              int(a.committed), i) for i, a in fresh])
             self._point("artifacts")
             db.executemany("INSERT INTO edges VALUES (?, ?, ?, ?)",
@@ -388,10 +418,14 @@ class Store:
         parents: dict[str, list] = {}
         for p, c, _ in db.execute("SELECT parent, child, ord FROM edges ORDER BY child, ord"):
             parents.setdefault(c, []).append(p)
-        arts = tuple(Artifact(i, ty, tuple(parents.get(i, ())), frozenset(json.loads(src)),
-                              None if json.loads(span) is None else tuple(json.loads(span)), turn, bool(com))
-                     for i, ty, src, span, turn, com, _ in
-                     db.execute("SELECT * FROM artifacts ORDER BY ord"))
+        arts, by_id = [], {}
+        for i, ty, src, span, turn, com, _ in db.execute("SELECT * FROM artifacts ORDER BY ord"):
+            ps = tuple(parents.get(i, ()))
+            a = Artifact(i, ty, ps, _sources_from(json.loads(src), ps, by_id),
+                         None if json.loads(span) is None else tuple(json.loads(span)), turn, bool(com))
+            arts.append(a)
+            by_id[i] = a
+        arts = tuple(arts)
         rows = db.execute("SELECT t, body, chain FROM observations ORDER BY t").fetchall()
         obs = tuple(Observation.from_json(json.loads(b)) for _, b, _ in rows)
         for (t, _, h), want in zip(rows, chain(obs)):
@@ -426,6 +460,14 @@ class Store:
         try:
             db.execute("ALTER TABLE edges ADD COLUMN turn INTEGER")
             db.executemany("UPDATE edges SET turn = ? WHERE child = ?", [(t, a) for a, t in turns.items()])
+            arts = {}
+            rel = []
+            for aid, src in db.execute("SELECT id, source_ids FROM artifacts ORDER BY ord").fetchall():
+                ps = [p for (p,) in db.execute("SELECT parent FROM edges WHERE child = ? ORDER BY ord", (aid,))]
+                a = Artifact(aid, "", tuple(ps), frozenset(json.loads(src)), None, 0)
+                arts[aid] = a
+                rel.append((_sources_json(a, arts), aid))
+            db.executemany("UPDATE artifacts SET source_ids = ? WHERE id = ?", rel)
             db.execute("DELETE FROM deltas")
             db.executemany("INSERT INTO deltas VALUES (?, ?)",
                            [(t, _delta_json(states[t - 1] if t else None, r)) for t, r in enumerate(states)])
@@ -439,6 +481,17 @@ class Store:
                             for b, d in bodies])
             db.execute("DROP TABLE states")
             db.execute("INSERT OR REPLACE INTO meta VALUES ('format', ?)", (str(FORMAT),))
+            # the graph digest became linear in format 2 (source ids relative to the parents'):
+            # re-state it for the stored state and its last receipt, saying so in the receipt
+            graph = graph_digest(self.load(None).state.artifacts)
+            digests = {**json.loads(self.meta("digests")), "graph": graph}
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('digests', ?)", (json.dumps(digests),))
+            last = db.execute("SELECT n, body FROM receipts ORDER BY n DESC LIMIT 1").fetchone()
+            if last is not None:
+                body = json.loads(last[1])
+                body["digests"] = {**body.get("digests", {}), "graph": graph}
+                body["migrated"] = "format 1 → 2: graph digest re-stated"
+                db.execute("UPDATE receipts SET body = ? WHERE n = ?", (json.dumps(body), last[0]))
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")

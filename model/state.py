@@ -367,14 +367,29 @@ def compact(b: _Turn) -> tuple[int, ...]:
     return summary
 
 
+def _h(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=repr).encode()).hexdigest()[:16]
+
+
+def graph_digest(artifacts) -> str:
+    """G_t's digest. Source ids are digested relative to the parents' union (what an artifact
+    adds and drops): with the parents in the digest that determines every source set, and it
+    stays linear in the session while the sets themselves grow with it."""
+    by_id: dict[str, frozenset] = {}
+    rows = []
+    for a in artifacts:
+        inherited: frozenset = frozenset()
+        for p in a.parents:
+            inherited = inherited | by_id[p]
+        by_id[a.id] = a.source_ids
+        rows.append((a.id, a.type, a.parents, sorted(a.source_ids - inherited), sorted(inherited - a.source_ids),
+                     a.token_span, a.turn, a.committed))
+    return _h(rows)
+
+
 def layer_digests(state: State, model=lm.REFERENCE) -> dict[str, str]:
     """One digest per layer of R, so that a mismatch names the layer that differs."""
-
-    def h(obj) -> str:
-        return hashlib.sha256(json.dumps(obj, sort_keys=True, default=repr).encode()).hexdigest()[:16]
-
-    graph = [(a.id, a.type, a.parents, sorted(a.source_ids), a.token_span, a.turn, a.committed)
-             for a in state.artifacts]
+    h = _h
     return {
         "turn": h(state.turn),
         "transcript": h([state.tokens, [(b.artifact, b.kind, b.start, b.end, b.prefill) for b in state.blocks]]),
@@ -384,5 +399,5 @@ def layer_digests(state: State, model=lm.REFERENCE) -> dict[str, str]:
         "plan": h([(c.call_id, c.tool, c.args, c.plan) for c in state.plan]),
         "environment": h(state.env),
         "ledger": h([(e.call_id, e.tool, e.args, e.turn) for e in state.ledger]),
-        "graph": h(graph),
+        "graph": graph_digest(state.artifacts),
     }
