@@ -420,6 +420,30 @@ bench_app = typer.Typer(help="Benchmarks: measured side by side, counts and time
 app.add_typer(bench_app, name="bench")
 
 
+@bench_app.command("store")
+def bench_store(T: list[int] = typer.Option([100, 200, 400, 800], "--T", help="Session lengths (repeatable)."),
+                suffix: int = typer.Option(12, help="Turns from the target to the end (T−τ+1)."),
+                repeats: int = typer.Option(2, help="Forgets per length, each in a new process (the fastest is kept)."),
+                json_path: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here.")) -> None:
+    """Store bytes per turn and forget cost at a fixed suffix, as T grows (reference model)."""
+    from unsee.impl.bench_store import store_scaling
+
+    if suffix < 1 or any(t <= suffix for t in T) or repeats < 1:
+        _fail(ValueError("every --T must exceed --suffix >= 1, and --repeats must be >= 1"))
+    with _progress() as p:
+        task = p.add_task("store scaling", total=len(T))
+        doc = store_scaling(tuple(T), suffix, repeats, on_point=lambda r: p.advance(task))
+    t = Table(title=f"store and forget cost at a fixed suffix of {suffix} (reference model, forget in a new process)")
+    for c in ("T", "bytes per turn", "forget s (open+replay+save)", "× vs first", "process s", "transitions"):
+        t.add_column(c, justify="right")
+    for r in doc["rows"]:
+        t.add_row(str(r["T"]), f"{r['bytes_per_turn']:,.0f}", f"{r['forget_seconds']:.3f}",
+                  f"{r['forget_ratio_vs_first']:.2f}", f"{r['forget_process_seconds']:.2f}",
+                  str(r["runs"][0]["transitions"]))
+    out.print(t)
+    _write_json(doc, json_path)
+
+
 @bench_app.command("cost-law")
 def bench_cost_law(model: str = typer.Option("tiny-llama", help="Model name or path."),
                    T: Optional[int] = typer.Option(None, "--T", help="Session length (default 16; 50 with --shape agent)."),
@@ -524,16 +548,19 @@ def _print_cross_process(doc: dict) -> None:
         return "—" if x is None else f"{x:.3f}"
 
     t = Table(title=f"across processes (agent shape, T={r0['T']}, τ={r0['tau']}, suffix {r0['suffix']}): "
-                    "`unsee forget` in a fresh process, no cache resident; counts from the receipts")
-    for c in ("indep", "method", "transitions", "prefilled", "decoded", "rematerialized", "restored", "digests = B5"):
+                    "`unsee forget` in a fresh process, no cache resident; tokens from the receipts "
+                    "(remat. = re-materialized)")
+    for c in ("indep", "method", "transitions", "prefilled", "decoded", "remat.", "restored"):
         t.add_column(c, justify="right")
     for r in rows:
         for m in ("B5", "B7"):
             d = r[m]
             t.add_row(str(r["indep"]), m, str(d["transitions"]), str(d["tokens_prefilled"]), str(d["tokens_decoded"]),
-                      str(d["tokens_rematerialized"]), _fmt(d.get("tokens_restored")),
-                      "" if m == "B5" else ("[green]yes[/green]" if r["digests_equal"] else "[red]no[/red]"))
+                      str(d["tokens_rematerialized"]), _fmt(d.get("tokens_restored")))
     out.print(t)
+    same = all(r["digests_equal"] for r in rows)
+    each = ", ".join(f"indep {r['indep']}: {'yes' if r['digests_equal'] else 'NO'}" for r in rows)
+    out.print(f"B7's receipt digests equal B5's in every layer: [{'green' if same else 'red'}]{each}[/]")
     t2 = Table(title="across processes: seconds (median of repeats)")
     for c in ("indep", "method", "load", "forget", "save", "whole process"):
         t2.add_column(c, justify="right")

@@ -1,0 +1,52 @@
+"""The store's format: linear growth, and stores written by format 1 still open (migrated)."""
+
+import json
+import shutil
+from pathlib import Path
+
+from tests.test_cli_store import EPISODE, unsee
+from unsee.impl.agent import make_runtime, open_runtime
+from unsee.impl.bench_store import store_session
+from unsee.impl.episode import parse_episode
+from unsee.impl.store import FORMAT, Store
+
+FORMAT1 = Path(__file__).parent / "data" / "format1-address.db"  # `unsee run examples/address.jsonl` before format 2
+
+
+def stored_bytes(tmp_path, T: int) -> int:
+    rt = make_runtime("reference")
+    for o in store_session(T, T - 11):
+        rt.step(o)
+    db = tmp_path / f"T{T}.db"
+    st = Store(db, create=True)
+    st.save(rt.session, "reference", dict(rt.digest()))
+    st.close()
+    return db.stat().st_size
+
+
+def test_bytes_per_turn_do_not_grow_with_the_session(tmp_path):
+    short, long = stored_bytes(tmp_path, 100) / 100, stored_bytes(tmp_path, 400) / 400
+    assert long <= 8_000  # the issue's bar at T=800 on the reference model
+    assert long <= 1.1 * short, (short, long)  # format 1 grew ~4x over this range
+
+
+def test_a_format_1_store_is_migrated_in_place_and_stays_exact(tmp_path):
+    db = tmp_path / "old.db"
+    shutil.copy(FORMAT1, db)
+    st = Store(db)
+    assert st.migrated and st.meta("format") == str(FORMAT)
+    rt = open_runtime(st)
+    twin = make_runtime("reference")
+    for o in parse_episode(EPISODE):
+        twin.step(o)
+    assert rt.session.observations == twin.session.observations
+    assert [r.tokens for r in rt.session.states] == [r.tokens for r in twin.session.states]
+    assert json.loads(st.meta("digests")) == dict(twin.digest())
+    assert "states" not in {n for (n,) in st.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    st.close()
+    assert Store(db).migrated is None  # once
+    unsee("check", "--db", db)
+    receipt = tmp_path / "r.json"
+    unsee("forget", "--db", db, "--source", "addr", "--json", receipt)
+    assert json.loads(receipt.read_text())["transitions"] == 5
+    unsee("check", "--db", db)
