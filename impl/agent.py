@@ -11,7 +11,10 @@ from __future__ import annotations
 import copy
 import json
 
+from dataclasses import replace
+
 from unsee.model.runtime import ReferenceRuntime
+from unsee.model.session import UnseeError
 from unsee.model.state import Config, Meter
 
 
@@ -91,3 +94,146 @@ def receipt_json(r) -> dict:
             "tokens_rematerialized": r.tokens_rematerialized, "tokens_restored": r.tokens_restored,
             "seconds": round(r.seconds, 4),
             "digests": r.digests, "compensation": list(r.compensation), "deduplicated": list(r.deduplicated)}
+
+
+def check_store(store, on_step=None) -> dict:
+    """Re-derive the stored session by a full reset from its (sanitized) log and compare every
+    layer: the final digests, the last receipt's, and each stored R_t's non-cache layers."""
+    from unsee.model.lm import REFERENCE
+    from unsee.model.state import layer_digests
+
+    stored = open_runtime(store)
+    s = stored.session
+    model = store.meta("model")
+    kw = {} if model == "reference" else {"dtype": store.meta("dtype", "float32"), "kv_pages": False}
+    fresh = make_runtime(model, s.config, s.policy, **kw)
+    for obs in s.observations:
+        fresh.step(obs)
+        if on_step:
+            on_step()
+    want = json.loads(store.meta("digests"))
+    got = dict(fresh.digest())
+    mismatches = [{"layer": k, "t": s.T, "stored": want.get(k), "derived": got.get(k)}
+                  for k in sorted(set(want) | set(got)) if want.get(k) != got.get(k)]
+    receipts = store.receipts()
+    if receipts:  # the last forget's receipt describes R_n, n its T (the session may have gone on)
+        last = receipts[-1]
+        n = last.get("T", s.T)
+        at = got if n == s.T else layer_digests(replace(fresh.session.states[n], kv=()), REFERENCE) if n < s.T else {}
+        for k in sorted(set(last.get("digests", {})) | set(at)):
+            if (n == s.T or k != "kv") and last.get("digests", {}).get(k) != at.get(k):
+                mismatches.append({"layer": f"receipt.{k}", "t": n})
+        row = store.db.execute("SELECT chain FROM observations WHERE t = ?", (n,)).fetchone()
+        if last.get("log_head") != (row[0] if row else "0" * 64):
+            mismatches.append({"layer": "receipt.log_head", "t": n})
+    for t, (a, b) in enumerate(zip(s.states, fresh.session.states)):
+        da, db_ = layer_digests(a), layer_digests(b)
+        for k in da:
+            if k != "kv" and da[k] != db_[k]:
+                mismatches.append({"layer": k, "t": t})
+    return {"exact": not mismatches, "T": s.T, "mismatches": mismatches}
+
+
+def forget_stored(store, sources, method: str = "B7", rt=None, head: str | None = None
+                  ) -> tuple[ReferenceRuntime, dict]:
+    """Forget `sources` from a stored session under the store's lock and persist the result
+    and its receipt in one transaction (only what follows the splice point is rewritten).
+    `rt`: a runtime already holding the stored session whose log ends at chain head `head`
+    (an agent that stays up); if the store moved on since, or none is given, one is opened."""
+    import time
+
+    from unsee.model.session import UnseeError
+
+    for src in sources:  # checked before anything is written
+        if store.is_forgotten(src):
+            raise UnseeError(f"source {src!r} was already forgotten from {store.path}; nothing to do")
+    known = sorted(store.sources())
+    for src in sources:
+        if src not in known:
+            raise UnseeError(f"source {src!r} never entered this session; known sources: {known}")
+    with store.exclusive(method):
+        t0 = time.perf_counter()
+        if rt is None or store.meta("chain_head") != head:
+            rt = open_runtime(store)  # under the lock: another forget may have finished
+        opened = time.perf_counter() - t0
+        texts = [p.text for o in rt.session.observations for p in o.parts if p.source in sources]
+        receipt = rt.forget(list(sources), method=method)
+        doc = receipt_json(receipt)
+        load = getattr(getattr(rt, "bundle", None), "load_seconds", None)
+        doc["load_seconds"] = round(opened if load is None else load, 4)  # the model, apart from the forget
+        doc["open_seconds"] = round(opened, 4)  # model and stored session
+        doc["target_digests"] = [store.target_digest(t) for t in texts]
+        t1 = time.perf_counter()
+        store.save(rt.session, store.meta("model"), dict(receipt.digests), doc, since=receipt.checkpoint)
+        doc["save_seconds"] = round(time.perf_counter() - t1, 4)
+    return rt, doc
+
+
+class Agent:
+    """An agent that stays up: its model loaded, its session persisted step by step.
+
+        agent = Agent.create("s.db", model="tiny-llama")   # or Agent.open("s.db")
+        agent.step(observation)                             # one transition, persisted
+        receipt = agent.forget(["addr"])                    # B7 by default, persisted
+        agent.check()["exact"]                              # a full reset agrees
+    """
+
+    def __init__(self, store, runtime) -> None:
+        self.store = store
+        self.runtime = runtime
+        self.head = store.meta("chain_head")  # the log this runtime holds; another writer moves it
+
+    @classmethod
+    def create(cls, path, model: str = "tiny-llama", config: Config = Config(), policy: str = "every",
+               kv_pages: bool = True, **kw) -> "Agent":
+        from unsee.impl.store import Store, StoreError
+
+        store = Store(path, create=True)
+        if store.has_session():
+            store.close()
+            raise StoreError(f"{path} already holds a session; open it with Agent.open")
+        rt = make_runtime(model, config, policy, **({} if model == "reference" else {"kv_pages": kv_pages}), **kw)
+        store.save(rt.session, model, dict(rt.digest()))
+        return cls(store, rt)
+
+    @classmethod
+    def open(cls, path) -> "Agent":
+        from unsee.impl.store import Store
+
+        store = Store(path)
+        return cls(store, open_runtime(store))
+
+    @property
+    def session(self):
+        return self.runtime.session
+
+    def step(self, obs) -> None:
+        """One transition R_t = F(R_{t-1}, o_t), persisted before it returns (only R_t is written)."""
+        s = self.runtime.session
+        if not s.lm.resident(s.state.kv):  # opened from the store: bring R_T's cache back first
+            kv, _ = s.lm.rebuild(s.state.tokens, s.state.blocks)
+            self.runtime.session = replace(s, states=s.states[:-1] + (replace(s.state, kv=kv),))
+        self.runtime.step(obs)
+        if self.store.meta("chain_head") != self.head:
+            raise UnseeError(f"{self.store.path} was changed by another process; reopen it with Agent.open")
+        self.store.save(self.runtime.session, self.store.meta("model"), dict(self.runtime.digest()),
+                        since=self.runtime.session.T - 1)
+        self.head = self.store.meta("chain_head")
+
+    def forget(self, sources, method: str = "B7") -> dict:
+        """Forget on the live runtime (its resident cache is cropped, not re-read) and persist."""
+        self.runtime, doc = forget_stored(self.store, list(sources), method, self.runtime, self.head)
+        self.head = self.store.meta("chain_head")
+        return doc
+
+    def check(self) -> dict:
+        return check_store(self.store)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> "Agent":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -171,9 +171,7 @@ def forget(db: Path = typer.Option(..., help="The session store."),
            model: Optional[str] = typer.Option(None, help="Refuse unless the store was run on this model."),
            json_path: Optional[Path] = typer.Option(None, "--json", help="Write the receipt here.")) -> None:
     """Forget sources from a stored session and write the receipt (atomically)."""
-    import time
-
-    from unsee.impl.agent import open_runtime, receipt_json
+    from unsee.impl.agent import forget_stored
     from unsee.impl.store import Store
     from unsee.model import UnseeError
 
@@ -189,28 +187,8 @@ def forget(db: Path = typer.Option(..., help="The session store."),
         if model is not None and model != stored_model:
             raise UnseeError(f"{db} was run on {stored_model!r}, not {model!r}: forgetting on another model "
                              "would not reproduce its states")
-        known = sorted(store.sources())
-        for src in source:  # checked before anything is written
-            if store.is_forgotten(src):
-                raise UnseeError(f"source {src!r} was already forgotten from {db}; nothing to do")
-            if src not in known:
-                raise UnseeError(f"source {src!r} never entered this session; known sources: {known}")
-        with store.exclusive(method):
-            t0 = time.perf_counter()
-            with console.status(f"loading {stored_model} and the stored session"):
-                rt = open_runtime(store)  # under the lock: another forget may have finished
-            opened = time.perf_counter() - t0
-            load = getattr(getattr(rt, "bundle", None), "load_seconds", None)
-            texts = [p.text for o in rt.session.observations for p in o.parts if p.source in source]
-            with console.status(f"forgetting {len(source)} source(s) ({method})"):
-                receipt = rt.forget(list(source), method=method)
-            doc = receipt_json(receipt)
-            doc["load_seconds"] = round(opened if load is None else load, 4)
-            doc["open_seconds"] = round(opened, 4)
-            doc["target_digests"] = [store.target_digest(t) for t in texts]
-            t1 = time.perf_counter()
-            store.save(rt.session, stored_model, dict(receipt.digests), doc, since=receipt.checkpoint)
-            doc["save_seconds"] = round(time.perf_counter() - t1, 4)
+        with console.status(f"forgetting {len(source)} source(s) ({method}) from {db}"):
+            rt, doc = forget_stored(store, list(source), method)
     except (UnseeError, ValueError) as e:
         _fail(e)
     finally:
@@ -234,45 +212,26 @@ def forget(db: Path = typer.Option(..., help="The session store."),
 def check(db: Path = typer.Option(..., help="The session store."),
           json_path: Optional[Path] = typer.Option(None, "--json", help="Write the report here.")) -> None:
     """Re-derive the state by a full reset from the stored log and compare every layer."""
-    import json as _json
-
-    from unsee.impl.agent import make_runtime, open_runtime
+    from unsee.impl.agent import check_store
     from unsee.impl.store import Store
-    from unsee.model import UnseeError, layer_digests
+    from unsee.model import UnseeError
 
+    store = None
     try:
         store = Store(db)
-        if store.recovered:
-            console.print(f"[yellow]{store.recovered}[/yellow]")
-        stored = open_runtime(store)
+        for note in (store.recovered, store.migrated and f"migrated {db}: {store.migrated}"):
+            if note:
+                console.print(f"[yellow]{note}[/yellow]")
+        with _progress() as p:
+            task = p.add_task("full reset from the log", total=store.length())
+            doc = check_store(store, on_step=lambda: p.advance(task))
     except (UnseeError, ValueError) as e:
         _fail(e)
-    s = stored.session
-    fresh = make_runtime(store.meta("model"), s.config, s.policy)
-    with _progress() as p:
-        task = p.add_task("full reset from the log", total=s.T)
-        for obs in s.observations:
-            fresh.step(obs)
-            p.advance(task)
-    want = _json.loads(store.meta("digests"))
-    got = dict(fresh.digest())
-    mismatches = [{"layer": k, "t": s.T, "stored": want.get(k), "derived": got.get(k)}
-                  for k in sorted(set(want) | set(got)) if want.get(k) != got.get(k)]
-    receipts = store.receipts()
-    if receipts:
-        last = receipts[-1]
-        for k in sorted(set(last.get("digests", {})) | set(got)):
-            if last.get("digests", {}).get(k) != got.get(k):
-                mismatches.append({"layer": f"receipt.{k}", "t": s.T})
-        if last.get("log_head") != store.meta("chain_head"):
-            mismatches.append({"layer": "receipt.log_head", "t": s.T})
-    for t, (a, b) in enumerate(zip(s.states, fresh.session.states)):
-        da, db_ = layer_digests(a), layer_digests(b)
-        for k in da:
-            if k != "kv" and da[k] != db_[k]:
-                mismatches.append({"layer": k, "t": t})
-    doc = {"exact": not mismatches, "T": s.T, "mismatches": mismatches}
-    out.print(f"[{'green' if doc['exact'] else 'red'}]exact={doc['exact']}[/] T={s.T}, "
+    finally:
+        if store is not None:
+            store.close()
+    mismatches = doc["mismatches"]
+    out.print(f"[{'green' if doc['exact'] else 'red'}]exact={doc['exact']}[/] T={doc['T']}, "
               f"{len(mismatches)} mismatching layers")
     for m in mismatches[:20]:
         console.print(f"  layer {m['layer']} differs at t={m['t']}")

@@ -404,6 +404,10 @@ class Store:
         per_token = lay["layers"] * 2 * lay["kv_heads"] * lay["head_dim"] * ITEMSIZE[lay["dtype"]]
         return n, b, b // per_token
 
+    def length(self) -> int:
+        """T: the stored observations."""
+        return self.db.execute("SELECT COUNT(*) FROM observations").fetchone()[0]
+
     def sources(self) -> set[str]:
         """Every source id in the stored observation log."""
         return {x for (b,) in self.db.execute("SELECT body FROM observations")
