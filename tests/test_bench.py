@@ -76,3 +76,143 @@ def test_taint_closure_on_a_large_graph(benchmark):
     turns = 100_000 // 5
     # the middle turn's field and its 4 artifacts, then the 4 generated artifacts of every later turn
     assert len(closure) == 1 + 4 * (turns - turns // 2)
+
+
+# --- the agent shape: a function-calling session, in process and across processes ---
+
+def test_agent_session_has_the_agent_shape():
+    import json
+
+    from unsee.impl.bench import AGENT_SYSTEM, AGENT_T, agent_session
+
+    obs, independent = agent_session()
+    assert len(obs) == AGENT_T and len(obs) - 1 >= 48  # a system prompt, then at least 48 turns
+    assert obs[0].kind == "system" and obs[0].parts[0].text == AGENT_SYSTEM
+    schemas = [json.loads(line) for line in AGENT_SYSTEM.split("<tools>\n")[1].split("\n</tools>")[0].splitlines()]
+    names = {s["function"]["name"] for s in schemas}
+    assert len(schemas) >= 10 and len(names) == len(schemas)
+    assert {"search_email", "send_email", "get_calendar", "transfer_money", "book_flight"} <= names
+    assert all(s["function"]["parameters"]["properties"] for s in schemas if s["function"]["name"] != "list_contacts")
+    z = [t for t, o in enumerate(obs, 1) if "z" in o.sources]
+    assert z == [AGENT_T - 11]  # τ = T − 11: suffix T − τ + 1 = 12
+    assert obs[z[0] - 1].kind == "tool" and independent == frozenset()
+    kinds = [o.kind for o in obs[1:]]
+    assert kinds == ["user", "tool"] * ((AGENT_T - 1) // 2) + ["user"]  # requests and results alternate
+    users = [o for o in obs if o.kind == "user"]
+    assert all(o.reply == 8 for o in users) and sum(o.tool == "lookup" for o in users) >= 5
+    assert all(o.reply == 0 and o.tool is None for o in obs if o.kind == "tool")
+    # ≥ 1,500 tokens with SmolLM2's tokenizer (checked in the slow tier); whitespace words are a lower bound
+    assert len(AGENT_SYSTEM.split()) >= 1000
+    assert agent_session() == (obs, independent)  # deterministic
+
+
+def test_agent_session_marks_the_last_post_tau_turns_independent():
+    from unsee.impl.bench import agent_session
+
+    obs, independent = agent_session(50, 39, 0.5, 4)
+    assert independent == frozenset(range(45, 51))  # round(11 · 0.5) = 6 of the 11 turns after τ, the last ones
+    assert obs[38].kind == "tool" and obs[38].sources == {"z"}
+    # a suffix with odd length puts τ on a request slot: the target is still a tool result
+    obs1, _ = agent_session(50, 50, 0.0, 4)
+    assert obs1[-1].kind == "tool" and obs1[-1].sources == {"z"}
+    with pytest.raises(ValueError):
+        agent_session(50, 1, 0.0, 4)
+
+
+def test_agent_sweep_taus():
+    from unsee.impl.bench import sweep_taus
+
+    assert sweep_taus("short", 5) == [1, 2, 3, 4, 5]
+    assert [50 - t + 1 for t in sweep_taus("agent", 50)] == [48, 32, 24, 16, 12, 8, 4, 1]
+    assert [24 - t + 1 for t in sweep_taus("agent", 24)] == [16, 12, 8, 4, 1]
+
+
+@pytest.mark.slow
+def test_agent_system_prompt_is_over_1500_smollm2_tokens():
+    from unsee.impl.bench import AGENT_SYSTEM
+    from unsee.impl.models import ChatMLTemplate, smollm2_path
+
+    try:
+        path = smollm2_path()
+    except Exception as e:  # not installed here
+        pytest.skip(str(e))
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True)
+    assert len(ChatMLTemplate(tok).block("system", AGENT_SYSTEM)) >= 1500
+
+
+AGENT_SMALL_T = 24
+
+
+@pytest.fixture(scope="module")
+def agent_sweep():
+    from unsee.impl.bench import tau_sweep
+
+    return tau_sweep("tiny-llama", AGENT_SMALL_T, 2, 1, shape="agent")
+
+
+def test_agent_shape_in_process_counts(agent_sweep):
+    from unsee.impl.bench import AGENT_SUFFIX
+
+    rows = {r["suffix"]: r for r in agent_sweep}
+    assert sorted(rows) == [1, 4, 8, 12, 16]
+    for s, r in rows.items():
+        assert r["tau"] == AGENT_SMALL_T - s + 1
+        assert r["B7"]["transitions"] == s and r["B5"]["transitions"] == r["B5'"]["transitions"] == AGENT_SMALL_T
+        assert r["B7"]["tokens_rematerialized"] == 0  # in process the cache is resident: a crop
+    at12 = rows[AGENT_SUFFIX]
+    assert at12["B7"]["transitions"] == 12
+    assert at12["B7"]["recomputed"] < at12["B5'"]["recomputed"] < at12["B5"]["recomputed"]
+    assert rows[1]["B7"]["recomputed"] == 0  # the sanitized target turn is empty and decodes nothing
+    # every user request after τ decodes 2 tokens (lookups add their plan); the empty target decodes nothing
+    users_after = (AGENT_SUFFIX - 1 + 1) // 2
+    assert at12["B7"]["tokens_decoded"] >= 2 * users_after
+    xs = [r["suffix"] for r in agent_sweep]
+    assert fit(xs, [r["B7"]["recomputed"] for r in agent_sweep])["r2"] >= 0.99
+    assert fit(xs, [r["B7"]["transitions"] for r in agent_sweep])["r2"] == pytest.approx(1.0)
+
+
+def test_agent_shape_indep_sweep_is_exact_at_suffix_12():
+    from unsee.impl.bench import indep_sweep
+
+    (row,) = indep_sweep("tiny-llama", AGENT_SMALL_T, AGENT_SMALL_T - 11, [0.5], 2, 1, shape="agent")
+    assert row["independent_turns"] == list(range(AGENT_SMALL_T - 5, AGENT_SMALL_T + 1))  # round(11 · 0.5) = 6
+    assert row["B7"]["transitions"] == 12 and row["B5"]["transitions"] == AGENT_SMALL_T
+    assert row["B7"]["bit_exact"] and row["B5'"]["bit_exact"]
+    assert row["B7-verify"]["token_equal"] and row["B7-verify"]["tokens_decoded"] < row["B7"]["tokens_decoded"]
+
+
+@pytest.mark.slow
+def test_agent_shape_across_processes(tmp_path):
+    """The whole command, with its forgets in fresh processes (`unsee forget`)."""
+    import json
+    import subprocess
+    import sys
+
+    from unsee.impl.bench import agent_session
+
+    out, png = tmp_path / "agent.json", tmp_path / "agent.png"
+    p = subprocess.run([sys.executable, "-m", "unsee.impl.cli", "bench", "cost-law", "--model", "tiny-llama",
+                        "--shape", "agent", "--cross-process", "--T", "16", "--reply", "2", "--repeats", "1",
+                        "--indep", "0,1", "--max-graph", "1000", "--json", str(out), "--plot", str(png)],
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert png.stat().st_size > 0
+    for k in ("ratio_seconds_full_reset", "ratio_seconds_prefix_cached", "tokens_rematerialized", "load_seconds",
+              "ratio_full_reset", "ratio_prefix_cached", "fit", "tau_sweep", "indep_sweep", "flat_in_T"):
+        assert k in doc, k
+    assert doc["shape"] == "agent" and doc["paper_shape"] == {"T": 16, "tau": 5, "indep": 0.0, "suffix": 12}
+    assert [r["indep"] for r in doc["cross_process"]] == [0.0, 1.0]
+    live = live_session("tiny-llama", agent_session(16, 5, 0.0, 2)[0], 2)
+    prefix = len(live.session.states[4].tokens)  # R_{τ−1}: what a fresh process must bring back
+    for r in doc["cross_process"]:
+        b5, b7 = r["B5"], r["B7"]
+        assert (b7["transitions"], b7["tau"], b7["checkpoint"]) == (12, 5, 4)
+        assert (b5["transitions"], b5["checkpoint"], b5["tokens_rematerialized"]) == (16, 0, 0)
+        assert b7["recomputed"] < b5["recomputed"]
+        assert b7["tokens_rematerialized"] + (b7.get("tokens_restored") or 0) == prefix
+        assert r["digests_equal"]  # B7 in one process and B5 in another reach the same state, every layer
+        assert b7["process_seconds"] > 0 and b7["seconds"] is not None
+    assert doc["tokens_rematerialized"] == doc["cross_process"][0]["B7"]["tokens_rematerialized"]
