@@ -20,13 +20,18 @@ NEEDLES = ("Wallaby", "42")
 EPISODE = (
     Observation("system", (Part("sys", "You are a helpful shopping assistant. Keep answers short."),)),
     Observation("user", (Part("u1", "Hi! I want to order a birthday gift for my sister."),), reply=16),
+    Observation("user", (Part("u2", "She loves hiking and old maps. Any ideas?"),), reply=24),
+    Observation("tool", (Part("shop", "Catalog: vintage trail map 35 EUR; brass compass 22 EUR; "
+                                      "hiking guide 18 EUR."),), reply=16),
+    Observation("user", (Part("u3", "The vintage map sounds perfect. Add it to the cart."),), reply=16),
     Observation("memory", (Part(TARGET, "The user's home address is 42 Wallaby Way, Sydney."),)),
-    Observation("user", (Part("u2", "Please ship the gift to my home address."),), reply=16, tool="send"),
-    Observation("tool", (Part("shop", "Order 1182 created. Delivery in 3 days."),), reply=12),
-    Observation("user", (Part("u3", "Great. Please summarize this conversation."),), reply=8, compact=True),
-    Observation("user", (Part("u4", "Thanks, that is all for today."),), reply=12),
+    Observation("user", (Part("u4", "Please ship the gift to my home address."),), reply=16, tool="send"),
+    Observation("tool", (Part("order", "Order 1182 created. Delivery in 3 days."),), reply=8),
+    Observation("user", (Part("u5", "Great. Please summarize this conversation."),), reply=8, compact=True),
+    Observation("user", (Part("u6", "Thanks, that is all for today."),), reply=8),
 )
-CONFIG = Config(summary_tokens=32, plan_tokens=16)
+TAU = 1 + next(i for i, o in enumerate(EPISODE) if TARGET in o.sources)  # the address enters here
+CONFIG = Config(summary_tokens=24, plan_tokens=16)
 
 
 def layers_text(rt) -> dict[str, str]:
@@ -50,7 +55,7 @@ def run_demo(model: str = "smollm2", console: Console | None = None) -> dict:
         live = KVRuntime(model, CONFIG)
     con.print(f"loaded {model} in {time.perf_counter() - t0:.1f}s")
 
-    with con.status("running the session: 7 observations"):
+    with con.status(f"running the session: {len(EPISODE)} observations"):
         for i, obs in enumerate(EPISODE, 1):
             live.step(obs)
             con.print(f"  t={i} {obs.kind:<6} {obs.parts[0].text!r}")
@@ -92,12 +97,18 @@ def run_demo(model: str = "smollm2", console: Console | None = None) -> dict:
     t3.add_column("B5", justify="right")
     f = receipt_json(full)
     for k in ("tau", "T", "checkpoint", "transitions", "tokens_prefilled", "tokens_decoded",
-              "tokens_rematerialized", "seconds"):
+              "tokens_restored", "tokens_rematerialized", "seconds"):
         t3.add_row(k, str(r[k]), str(f[k]))
     con.print(t3)
     for c in r["compensation"]:
         con.print(f"[yellow]side effect {c['call_id']} ({c['tool']}) was committed with the address; "
                   f"the counterfactual agent would not make it as is ({c['reason']}): compensate it.[/yellow]")
+    con.print(f"B7 took {r['seconds']:.2f}s against B5's {f['seconds']:.2f}s "
+              f"({f['seconds'] / max(r['seconds'], 1e-9):.1f}× faster): it brought R_{r['checkpoint']} back by "
+              f"reading {r['tokens_restored']} context tokens' K/V pages (no compute; the compaction at t="
+              f"{next(i for i, o in enumerate(EPISODE, 1) if o.compact)} had replaced the resident cache) and "
+              f"replayed only the {r['transitions']} transitions from τ={r['tau']}, decoding {r['tokens_decoded']} "
+              f"tokens where B5 re-ran all {f['transitions']} and decoded {f['tokens_decoded']}.")
     exact = all(eq7.values())
     optimal = r["transitions"] == r["T"] - r["tau"] + 1
     con.print(f"\n[bold]{'B7 is bit-exact against a full reset' if exact else 'B7 DIFFERS from the full reset'}"
