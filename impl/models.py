@@ -3,9 +3,16 @@ package, or any local transformers folder or GGUF file. Nothing is fetched from 
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
 import os
 import re
+import shutil
+import sys
+import tempfile
+import time
+import uuid
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +33,11 @@ HEADERS = {"reply": "", "plan": 'Calling ship_gift(address="', "summary": "Facts
 
 class UnknownModel(UnseeError, ValueError):
     pass
+
+
+class CorruptCacheEntry(UnseeError, RuntimeError):
+    """A converted-weights cache entry that must not be used; the loader deletes it and converts
+    again. To clear the whole cache by hand, delete the folder `weights_cache_dir()` names."""
 
 
 class WordTemplate:
@@ -102,6 +114,8 @@ class Bundle:
     template: object
     device: torch.device
     dtype: torch.dtype
+    load_seconds: float = 0.0  # wall time of load(), conversion or cache read included
+    cached: bool = False  # True when the weights came from the converted-weights cache
 
 
 def pick_device(device: str | None) -> torch.device:
@@ -141,22 +155,234 @@ def smollm2_path() -> Path:
     return ggufs[0]
 
 
+# The converted-weights cache. Transformers de-quantizes a GGUF file on every load (~20 s for
+# SmolLM2), so the first load saves the dense result as a plain transformers folder and later
+# loads read that instead. Entries are named by what determines their bytes (file content and
+# dtype), appear only by an atomic rename of a complete folder, and carry digests of their
+# weights and tokenizer that every read checks, so a cached model is bitwise the model
+# conversion gave.
+
+MANIFEST = "unsee-cache.json"
+TMP_SUFFIX = ".tmp"  # writers' and deleters' folders; never a valid key, so never read as an entry
+STALE_TMP_SECONDS = 3600  # a writer needs seconds; older temp folders are from killed processes
+
+
+def weights_cache_dir() -> Path:
+    """Where converted models live: $UNSEE_CACHE_DIR, else $XDG_CACHE_HOME/unsee, else
+    ~/.cache/unsee; entries are `models/<key>/` below it."""
+    root = os.environ.get("UNSEE_CACHE_DIR")
+    if not root:
+        base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+        root = Path(base) / "unsee"
+    return Path(root) / "models"
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
+    # Streamed, so a multi-GB GGUF never sits in memory. Not memoised: 93 MB hashes in ~0.1 s,
+    # and a memo keyed on mtime could miss a same-size rewrite.
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def cache_key(path: Path, dtype: torch.dtype) -> str:
+    """Content, not path: a copied or moved GGUF file finds its entry. The attention
+    implementation is not in the key; it is a runtime setting chosen at every load."""
+    return f"{file_sha256(path)}-{dtype_name(dtype)}"
+
+
+def weights_digest(model) -> str:
+    """sha256 over every state-dict tensor's name, dtype, shape and bytes, in name order. A tied
+    tensor is hashed once and named as tied, so an entry that loads untied does not match."""
+    h = hashlib.sha256()
+    first: dict = {}
+    for name, t in sorted(model.state_dict().items()):
+        t = t.detach()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        ident = (t.data_ptr(), t.dtype, tuple(t.shape), t.stride())
+        if t.numel() and ident in first:
+            h.update(f"tied:{first[ident]}|".encode())
+            continue
+        first[ident] = name
+        h.update(t.contiguous().cpu().reshape(-1).view(torch.uint8).numpy())
+    return h.hexdigest()
+
+
+def tokenizer_digest(tok) -> str:
+    """sha256 over what decides how a tokenizer encodes and renders: its class, its full
+    `tokenizers` serialization (vocab, merges, normalizer, added tokens), special tokens and
+    chat template. A reloaded tokenizer can differ although its files round-tripped."""
+    backend = getattr(tok, "backend_tokenizer", None)
+    state = {"class": type(tok).__name__,
+             "backend": backend.to_str() if backend is not None else sorted(tok.get_vocab().items()),
+             "special": {k: str(v) for k, v in tok.special_tokens_map.items()},
+             "chat_template": tok.chat_template}
+    return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
+
+
+def convert_gguf(path: Path, dtype: torch.dtype, attn: str):
+    """The slow path: transformers reads and de-quantizes the GGUF file."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kw = dict(gguf_file=path.name, local_files_only=True)
+    tok = AutoTokenizer.from_pretrained(path.parent, **kw)
+    model = AutoModelForCausalLM.from_pretrained(path.parent, dtype=dtype, attn_implementation=attn, **kw)
+    return model.eval(), tok
+
+
+def strip_gguf_quantizer(model) -> bool:
+    """Make a de-quantized GGUF model a plain one that save_pretrained accepts; False when it
+    still holds packed GGUF blocks (then it cannot be cached as dense weights).
+
+    Transformers 5 attaches a GGUF quantizer even when it de-quantized every weight, and
+    save_pretrained refuses any model with a non-serializable quantizer; its config would also
+    send the next load back through the GGUF path. Stripping it now, on the miss path, makes the
+    converted model the same kind of object a cache hit returns."""
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is None:  # transformers 4.x, or not from a GGUF file
+        return True
+    if getattr(quantizer, "packed_modules", None):
+        return False
+    if not all(t.is_floating_point() for t in model.state_dict().values()):
+        return False
+    quantizer.remove_quantization_config(model)
+    return True
+
+
+def warn(msg: str) -> None:
+    print(f"unsee: {msg}", file=sys.stderr)
+
+
+def read_entry(entry: Path, dtype: torch.dtype, attn: str):
+    """A cached model and tokenizer, or CorruptCacheEntry when the entry is not one this
+    process would have written (foreign transformers version, other dtype, changed weights or
+    tokenizer)."""
+    import transformers
+    from transformers import AutoModelForCausalLM
+    from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
+
+    try:
+        manifest = json.loads((entry / MANIFEST).read_text())
+    except (OSError, ValueError) as e:
+        raise CorruptCacheEntry(f"{entry}: no readable {MANIFEST} ({e})") from e
+    if manifest.get("transformers") != transformers.__version__:
+        # Conversion code changes between versions; serve only what this one would produce.
+        raise CorruptCacheEntry(f"{entry} was converted by transformers {manifest.get('transformers')}, "
+                                f"this is {transformers.__version__}")
+    if manifest.get("dtype") != dtype_name(dtype):
+        raise CorruptCacheEntry(f"{entry} holds {manifest.get('dtype')}, not {dtype_name(dtype)}")
+    model = AutoModelForCausalLM.from_pretrained(entry, local_files_only=True, dtype=dtype,
+                                                 attn_implementation=attn).eval()
+    # The converted tokenizer's own class, not AutoTokenizer's pick: transformers 5 chooses by the
+    # config's model type, which can rebuild a different tokenizer from the same files.
+    tok_class = tokenizer_class_from_name(manifest.get("tokenizer_class") or "")
+    if tok_class is None:
+        raise CorruptCacheEntry(f"{entry}: unknown tokenizer class {manifest.get('tokenizer_class')!r}")
+    tok = tok_class.from_pretrained(entry, local_files_only=True)
+    if weights_digest(model) != manifest.get("weights_sha256"):
+        raise CorruptCacheEntry(f"{entry}: weights differ from the ones converted")
+    if tokenizer_digest(tok) != manifest.get("tokenizer_sha256"):
+        raise CorruptCacheEntry(f"{entry}: tokenizer differs from the one converted")
+    return model, tok
+
+
+def discard(folder: Path) -> None:
+    """Remove a folder without ever leaving a half-deleted entry under a valid key: rename it
+    to a temp name first. Losing the rename to another process is fine; it is gone either way."""
+    trash = folder.with_name(f".{folder.name}.{uuid.uuid4().hex}{TMP_SUFFIX}")
+    try:
+        os.rename(folder, trash)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def sweep_stale_tmp(models: Path) -> None:
+    """Temp folders left by killed writers (a converted model is hundreds of MB each)."""
+    now = time.time()
+    for d in models.glob(f".*{TMP_SUFFIX}"):
+        try:
+            if now - d.stat().st_mtime > STALE_TMP_SECONDS:
+                shutil.rmtree(d, ignore_errors=True)
+        except FileNotFoundError:
+            pass
+
+
+def write_entry(entry: Path, model, tok, manifest: dict) -> bool:
+    """Save into a temp folder beside the entry, then rename it into place in one step, so
+    readers see a complete entry or none. False when another process's entry got there first
+    (ours is discarded: both hold the same bytes)."""
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    sweep_stale_tmp(entry.parent)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", suffix=TMP_SUFFIX, dir=entry.parent))
+    try:
+        # Safetensors is the only format transformers 5 writes (and 4.x's default).
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        try:
+            os.rename(tmp, entry)
+        except OSError:
+            if entry.is_dir():  # lost the race to a complete entry
+                return False
+            raise
+        return True
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # a no-op after a successful rename
+
+
+def cached_convert(path: Path, dtype: torch.dtype, attn: str, convert_fn=None):
+    """(model, tokenizer, cached): the entry for this file and dtype when there is a sound one,
+    else convert_fn(path, dtype, attn) (default convert_gguf) and store its result. Caching only
+    ever saves time: an unusable entry is deleted and converted again, and a cache that cannot be
+    written is skipped, each with a note on stderr."""
+    import transformers
+
+    key = cache_key(path, dtype)
+    entry = weights_cache_dir() / key
+    if entry.is_dir():
+        try:
+            model, tok = read_entry(entry, dtype, attn)
+            return model, tok, True
+        except Exception as e:  # noqa: BLE001 - any failure to read means: do not use it
+            warn(f"not using cached weights {entry} ({type(e).__name__}: {e}); deleting them and "
+                 f"converting {path} again")
+            discard(entry)
+    model, tok = (convert_fn or convert_gguf)(path, dtype, attn)  # looked up now, so tests can stand in
+    if not strip_gguf_quantizer(model):
+        warn(f"{path} loaded with packed GGUF weights; these are not cached, so every load converts")
+        return model, tok, False
+    manifest = {"source": str(path), "key": key, "dtype": dtype_name(dtype),
+                "transformers": transformers.__version__, "weights_sha256": weights_digest(model),
+                "tokenizer_class": type(tok).__name__, "tokenizer_sha256": tokenizer_digest(tok)}
+    try:
+        write_entry(entry, model, tok, manifest)
+    except Exception as e:  # noqa: BLE001 - the model is loaded; only the speed-up is lost
+        warn(f"could not cache converted weights in {entry.parent} ({type(e).__name__}: {e}); "
+             "set UNSEE_CACHE_DIR to a writable folder to load faster next time")
+    return model, tok, False
+
+
 def from_path(path: Path, name: str, dtype=torch.float32, device=None, attn: str = "eager") -> Bundle:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if path.suffix == ".gguf":
-        kw = dict(gguf_file=path.name)
-        folder = path.parent
+        model, tok, cached = cached_convert(path, dtype, attn)
     elif path.is_dir():
-        kw = {}
-        folder = path
+        tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype,
+                                                     attn_implementation=attn).eval()
+        cached = False
     else:
         raise UnknownModel(f"{path} is neither a model folder nor a .gguf file")
-    tok = AutoTokenizer.from_pretrained(folder, local_files_only=True, **kw)
-    model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=dtype,
-                                                 attn_implementation=attn, **kw).eval()
     dev = pick_device(device)
-    return Bundle(name, model.to(dev), ChatMLTemplate(tok), dev, dtype)
+    return Bundle(name, model.to(dev), ChatMLTemplate(tok), dev, dtype, cached=cached)
 
 
 _CACHE: dict = {}
@@ -167,6 +393,7 @@ def load(name: str, dtype: str = "float32", device: str | None = None, attn: str
     key = (name, dtype, device, attn)
     if key in _CACHE:
         return _CACHE[key]
+    started = time.perf_counter()
     dt = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(dtype)
     if dt is None:
         raise UnknownModel(f"dtype {dtype!r} is not float32, bfloat16 or float16")
@@ -179,5 +406,6 @@ def load(name: str, dtype: str = "float32", device: str | None = None, attn: str
     else:
         raise UnknownModel(f"unknown model {name!r}: use one of {', '.join(TINY)}, smollm2, "
                            "a local model folder or a .gguf file")
+    b.load_seconds = time.perf_counter() - started
     _CACHE[key] = b
     return b
