@@ -155,7 +155,8 @@ def _with_artifacts(states, artifacts: tuple[Artifact, ...]) -> tuple[State, ...
 def _inherited(parents, by_id) -> frozenset:
     out: frozenset = frozenset()
     for p in parents:
-        out = out | by_id[p].source_ids
+        if p in by_id:  # a parent an edit removed passes nothing on
+            out = out | by_id[p].source_ids
     return out
 
 

@@ -379,8 +379,8 @@ def graph_digest(artifacts) -> str:
     rows = []
     for a in artifacts:
         inherited: frozenset = frozenset()
-        for p in a.parents:
-            inherited = inherited | by_id[p]
+        for p in a.parents:  # a parent an edit removed (B3) passes nothing on
+            inherited = inherited | by_id.get(p, frozenset())
         by_id[a.id] = a.source_ids
         rows.append((a.id, a.type, a.parents, sorted(a.source_ids - inherited), sorted(inherited - a.source_ids),
                      a.token_span, a.turn, a.committed))
