@@ -299,12 +299,13 @@ def _measure(live, method: str, independent=frozenset(), repeats: int = 1) -> tu
             rt.session, r = full_reset(rt.session, ["z"], prefix_cache=True)
         elif method == "B7":
             rt.session, r = selective_replay(rt.session, ["z"])
-        else:  # B7-oracle, B7-verify
+        else:  # B7-oracle: the labelled comparison that trusts the independence marking
             rt.session, r = selective_replay(rt.session, ["z"], independent=independent, mode=method.split("-")[1])
         times.append(time.perf_counter() - t0)
         last = (rt, {"transitions": r.transitions, "tokens_prefilled": e.tokens_prefilled - p0,
                      "tokens_decoded": e.tokens_decoded - d0, "forwards": e.forwards - f0,
-                     "prefix_hits": lm.hits - h0, "tokens_rematerialized": r.tokens_rematerialized})
+                     "prefix_hits": lm.hits - h0, "tokens_rematerialized": r.tokens_rematerialized,
+                     "replies": r.replies, "replies_skipped": r.replies_skipped})
     rt, d = last
     d["recomputed"] = d["tokens_prefilled"] + d["tokens_decoded"]
     d["seconds_median"] = statistics.median(times)
@@ -367,7 +368,7 @@ def indep_sweep(model: str, T: int, tau: int, indeps, reply: int, repeats: int, 
         live = live_session(model, obs, reply)
         row = {"indep": indep, "independent_turns": sorted(independent)}
         ref = None
-        for m in ("B5", "B5'", "B7", "B7-oracle", "B7-verify"):
+        for m in ("B5", "B5'", "B7", "B7-oracle"):
             row[m], rt = _measure(live, m, independent, repeats=repeats)
             if m == "B5":
                 ref = rt
@@ -420,7 +421,11 @@ def provenance_overhead(model: str, T: int, reply: int, shape: str = "short") ->
         S._Turn.artifact, S._Turn.field = orig_artifact, orig_field
     cps = live.session.checkpoints
     sizes = [len(json.dumps(asdict(c))) for c in cps]
+    verify = getattr(live.engine, "verify_seconds", 0.0)  # prefills that check each reply's fixed point
+    capture = getattr(live.model, "capture_seconds", 0.0)  # slicing K/V pages out of the cache
     return {"step_seconds": total, "provenance_seconds": spent[0], "fraction": spent[0] / total,
+            "verify_seconds": verify, "verify_fraction": verify / total,
+            "page_capture_seconds": capture, "page_capture_fraction": capture / total,
             "artifacts": len(live.session.state.artifacts), "checkpoints": len(cps),
             "checkpoint_bytes_mean": statistics.mean(sizes), "checkpoint_bytes_max": max(sizes)}
 
@@ -461,13 +466,13 @@ def closure_timing(sizes) -> list[dict]:
     return rows
 
 
-CROSS_METHODS = ("B5", "B7")  # what `unsee forget` accepts
+CROSS_METHODS = ("B5", "B5'", "B7")  # what `unsee forget` accepts
 
 
 def forget_in_new_process(db: Path, method: str, receipt: Path, source: str = "z", timeout: float = 3600) -> dict:
     """`unsee forget` on a stored session in a fresh interpreter: nothing is resident, so B7
-    re-materializes R_{τ−1} from the recorded tokens. Returns the receipt and the process's
-    wall time (interpreter start, imports and model load included)."""
+    reads R_{τ−1} back from the stored K/V pages (B5′ reads R_T, its prefix cache). Returns the
+    receipt and the process's wall time (interpreter start, imports and model load included)."""
     cmd = [sys.executable, "-m", "unsee.impl.cli", "forget", "--db", str(db), "--source", source,
            "--method", method, "--json", str(receipt)]
     t0 = time.perf_counter()
@@ -517,11 +522,12 @@ def cross_process(model: str, T: int, tau: int, indeps, reply: int, repeats: int
                           "open_seconds": _median_or_none([x["receipt"].get("open_seconds") for x in runs]),
                           "save_seconds": _median_or_none([x["receipt"].get("save_seconds") for x in runs]),
                           "tokens_restored": r.get("tokens_restored"),
+                          "replies": r.get("replies"), "replies_skipped": r.get("replies_skipped"),
                           "transitions": r["transitions"], "tokens_prefilled": r["tokens_prefilled"],
                           "tokens_decoded": r["tokens_decoded"], "tokens_rematerialized": r["tokens_rematerialized"],
                           "recomputed": r["tokens_prefilled"] + r["tokens_decoded"],
                           "tau": r["tau"], "T": r["T"], "checkpoint": r["checkpoint"]}
-            row["digests_equal"] = digests["B5"] is not None and digests["B5"] == digests["B7"]
+            row["digests_equal"] = digests["B5"] is not None and digests["B5"] == digests["B7"] == digests["B5'"]
             rows.append(row)
             if on_point:
                 on_point()
@@ -539,7 +545,7 @@ def _ratio(a, b):
 
 def cost_law(model: str = "tiny-llama", T: int = 16, indeps=(0.0, 0.25, 0.5, 0.75, 1.0), reply: int = 8,
              repeats: int = 3, closure_sizes=(10**3, 10**4, 10**5, 10**6), on_point=None, shape: str = "short",
-             cross: bool = False, workdir=None) -> dict:
+             cross: bool = False, workdir=None, sweep_tau: bool = True) -> dict:
     """shape "short": cost_session, every τ, the paper's shape 12 turns past the target.
     shape "agent": agent_session, a few τ (AGENT_SUFFIXES), the target 12 turns before the end
     (suffix 12); with cross=True, B5 and B7 also forget it in fresh processes (`cross_process`)."""
@@ -549,10 +555,10 @@ def cost_law(model: str = "tiny-llama", T: int = 16, indeps=(0.0, 0.25, 0.5, 0.7
         raise ValueError("the cross-process run is measured at the agent shape (--shape agent)")
     if shape == "agent" and T < AGENT_SUFFIX + 1:
         raise ValueError(f"the agent shape needs T >= {AGENT_SUFFIX + 1} (a system prompt and {AGENT_SUFFIX} turns)")
-    taus = tau_sweep(model, T, reply, repeats, on_point, shape)
+    taus = tau_sweep(model, T, reply, repeats, on_point, shape) if sweep_tau else []
     xs = [r["suffix"] for r in taus]
-    f_tok = fit(xs, [r["B7"]["recomputed"] for r in taus])
-    f_tr = fit(xs, [r["B7"]["transitions"] for r in taus])
+    f_tok = fit(xs, [r["B7"]["recomputed"] for r in taus]) if taus else None
+    f_tr = fit(xs, [r["B7"]["transitions"] for r in taus]) if taus else None
     if shape == "short":
         paper_T = max(T, 13)
         paper_tau = paper_T - 12  # the paper's shape: 12 turns past the target
@@ -560,10 +566,12 @@ def cost_law(model: str = "tiny-llama", T: int = 16, indeps=(0.0, 0.25, 0.5, 0.7
         paper_T, paper_tau = T, T - AGENT_SUFFIX + 1  # 12 turns before the end: suffix 12
     rows = indep_sweep(model, paper_T, paper_tau, list(indeps), reply, repeats, on_point, shape)
     half = _pick(rows)
+    ind = [r["indep"] for r in rows]
     doc = {
+        "fit_decoded_vs_indep": fit(ind, [r["B7"]["tokens_decoded"] for r in rows]) if len(set(ind)) > 1 else None,
         "model": model, "shape": shape, "T": T, "reply_tokens": reply, "repeats": repeats,
         "tau_sweep": taus, "indep_sweep": rows,
-        "fit": {**f_tok, "of": "B7 recomputed tokens vs T-tau+1"}, "fit_transitions": f_tr,
+        "fit": f_tok and {**f_tok, "of": "B7 recomputed tokens vs T-tau+1"}, "fit_transitions": f_tr,
         "paper_shape": {"T": paper_T, "tau": paper_tau, "indep": half["indep"], "suffix": paper_T - paper_tau + 1},
         "ratio_full_reset": half["B5"]["recomputed"] / half["B7"]["recomputed"],
         "ratio_prefix_cached": half["B5'"]["recomputed"] / half["B7"]["recomputed"],
@@ -578,11 +586,14 @@ def cost_law(model: str = "tiny-llama", T: int = 16, indeps=(0.0, 0.25, 0.5, 0.7
         row = _pick(xp)
         doc["cross_process"] = xp
         doc["ratio_seconds_full_reset"] = _ratio(row["B5"]["seconds"], row["B7"]["seconds"])
+        doc["ratio_seconds_prefix_cached_cross_process"] = _ratio(row["B5'"]["seconds"], row["B7"]["seconds"])
         doc["ratio_process_seconds_full_reset"] = _ratio(row["B5"]["process_seconds"], row["B7"]["process_seconds"])
         doc["tokens_rematerialized"] = row["B7"]["tokens_rematerialized"]
         doc["tokens_restored"] = row["B7"]["tokens_restored"]
         doc["load_seconds"] = row["B7"]["load_seconds"]
-    if shape == "short":
+    if not sweep_tau:
+        doc["flat_in_T"] = []
+    elif shape == "short":
         doc["flat_in_T"] = flat_in_T(model, 4, (8, 16, 32, 64), reply)
     else:
         doc["flat_in_T"] = flat_in_T(model, AGENT_SUFFIX, sorted({16, 32, T}), reply, shape)
@@ -613,19 +624,22 @@ def plot(doc: dict, path) -> list[str]:
     xs = [r["suffix"] if agent else r["tau"] for r in sweep]
     for m, style in (("B5", "s-"), ("B5'", "^-"), ("B7", "o-")):
         ax[0].plot(xs, [r[m]["recomputed"] for r in sweep], style, label=m)
-    if agent:
+    if not sweep:
+        ax[0].set_axis_off()
+    elif agent:
         f = doc["fit"]
         ax[0].plot([0, max(xs)], [f["intercept"], f["intercept"] + f["slope"] * max(xs)], ":", color="grey",
                    label=f"B7 fit {f['slope']:.1f}·(T−τ+1){f['intercept']:+.0f}")
         ax[0].set_xlabel("suffix T−τ+1 (turns from the target to the end)")
     else:
         ax[0].set_xlabel("injection step τ")
-    ax[0].set_ylabel("tokens recomputed")
-    ax[0].set_title(f"cost vs τ ({doc.get('shape', 'short')}, T={doc['T']}, {doc['model']}); "
-                    f"B7 fit R²={doc['fit']['r2']:.4f}", fontsize=9)
-    ax[0].legend()
+    if sweep:
+        ax[0].set_ylabel("tokens recomputed")
+        ax[0].set_title(f"cost vs τ ({doc.get('shape', 'short')}, T={doc['T']}, {doc['model']}); "
+                        f"B7 fit R²={doc['fit']['r2']:.4f}", fontsize=9)
+        ax[0].legend()
     ind = [r["indep"] for r in doc["indep_sweep"]]
-    for m, style in (("B5", "s-"), ("B5'", "^-"), ("B7", "o-"), ("B7-oracle", "d--"), ("B7-verify", "x--")):
+    for m, style in (("B5", "s-"), ("B5'", "^-"), ("B7", "o-"), ("B7-oracle", "d--")):
         ax[1].plot(ind, [r[m]["tokens_decoded"] for r in doc["indep_sweep"]], style, label=m)
     ax[1].set_xlabel("indep (fraction of post-τ turns independent of z)")
     ax[1].set_ylabel("tokens decoded")
@@ -635,11 +649,11 @@ def plot(doc: dict, path) -> list[str]:
         import numpy as np
 
         x = np.arange(len(cross))
-        w = 0.2
-        for i, (m, key, label) in enumerate((("B5", "seconds", "B5 forget"), ("B7", "seconds", "B7 forget"),
-                                             ("B5", "process_seconds", "B5 process"),
-                                             ("B7", "process_seconds", "B7 process"))):
-            ax[2].bar(x + (i - 1.5) * w, [r[m][key] for r in cross], w, label=label)
+        w = 0.14
+        bars = [(m, key, f"{m} {what}") for key, what in (("seconds", "forget"), ("process_seconds", "process"))
+                for m in ("B5", "B5'", "B7")]
+        for i, (m, key, label) in enumerate(bars):
+            ax[2].bar(x + (i - 2.5) * w, [r[m][key] for r in cross], w, label=label)
         ax[2].set_xticks(x, [str(r["indep"]) for r in cross])
         ax[2].set_xlabel("indep")
         ax[2].set_ylabel("seconds")

@@ -167,7 +167,8 @@ def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observa
 @app.command()
 def forget(db: Path = typer.Option(..., help="The session store."),
            source: list[str] = typer.Option(..., help="Source id to forget (repeatable)."),
-           method: str = typer.Option("B7", help="B7 (selective replay) or B5 (full reset)."),
+           method: str = typer.Option("B7", help="B7 (selective replay), B5 (full reset) or B5' (full reset "
+                                      "with the stored cache as a prefix cache)."),
            model: Optional[str] = typer.Option(None, help="Refuse unless the store was run on this model."),
            json_path: Optional[Path] = typer.Option(None, "--json", help="Write the receipt here.")) -> None:
     """Forget sources from a stored session and write the receipt (atomically)."""
@@ -175,8 +176,8 @@ def forget(db: Path = typer.Option(..., help="The session store."),
     from unsee.impl.store import Store
     from unsee.model import UnseeError
 
-    if method not in ("B7", "B5"):
-        _fail(ValueError(f"method must be B7 or B5, got {method!r}"))
+    if method not in ("B7", "B5", "B5'"):
+        _fail(ValueError(f"method must be B7, B5 or B5', got {method!r}"))
     store = None
     try:
         store = Store(db)
@@ -415,6 +416,8 @@ def bench_cost_law(model: str = typer.Option("tiny-llama", help="Model name or p
                                              "12 turns before the end, a few τ."),
                    cross_process: bool = typer.Option(False, "--cross-process", help="With --shape agent: store the "
                                                       "session and forget with `unsee forget` (B5, B7) in fresh processes."),
+                   sweep_tau: bool = typer.Option(True, "--tau-sweep/--no-tau-sweep", help="Sweep τ (and the "
+                                                  "forget cost against T); off: the indep sweep alone."),
                    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
                    plot_path: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG of the sweeps here.")) -> None:
     """Sweep τ and indep; B5, B5′ and B7 on the same sessions; fit B7's cost to T−τ+1."""
@@ -435,10 +438,10 @@ def bench_cost_law(model: str = typer.Option("tiny-llama", help="Model name or p
         _fail(ValueError(f"--shape agent needs --T >= {AGENT_SUFFIX + 1} (the target sits at τ = T−{AGENT_SUFFIX - 1})"))
     sizes = tuple(n for n in (10**3, 10**4, 10**5, 10**6) if n <= max_graph)
     with _progress() as p:
-        total = len(sweep_taus(shape, T)) + len(fractions) * (2 if cross_process else 1)
+        total = len(sweep_taus(shape, T)) * sweep_tau + len(fractions) * (2 if cross_process else 1)
         task = p.add_task(f"cost law ({shape}) on {model}", total=total)
         doc = cost_law(model, T, fractions, reply, repeats, sizes, on_point=lambda: p.advance(task), shape=shape,
-                       cross=cross_process)
+                       cross=cross_process, sweep_tau=sweep_tau)
     agent = shape == "agent"
     if agent:
         sp = doc["system_prompt"]
@@ -452,23 +455,30 @@ def bench_cost_law(model: str = typer.Option("tiny-llama", help="Model name or p
         t.add_row(str(r["tau"]), str(r["suffix"]), str(r["B5"]["recomputed"]), str(r["B5'"]["recomputed"]),
                   str(r["B7"]["recomputed"]), str(r["B7"]["transitions"]), f"{r['B7']['seconds_median']:.3f}",
                   f"{r['B5']['seconds_median']:.3f}")
-    out.print(t)
+    if doc["tau_sweep"]:
+        out.print(t)
     t2 = Table(title=f"indep sweep at T={doc['paper_shape']['T']}, τ={doc['paper_shape']['tau']}: tokens decoded "
                      "(prefilled), token-equal / bit-exact vs B5, max|ΔKV|")
     t2.add_column("indep")
-    for m in ("B5", "B5'", "B7", "B7-oracle", "B7-verify"):
+    for m in ("B5", "B5'", "B7", "B7-oracle"):
         t2.add_column(m, justify="right")
     for r in doc["indep_sweep"]:
         cells = [f"{r['B5']['tokens_decoded']} ({r['B5']['tokens_prefilled']})"]
-        for m in ("B5'", "B7", "B7-oracle", "B7-verify"):
+        for m in ("B5'", "B7", "B7-oracle"):
             d = r[m]
             cells.append(f"{d['tokens_decoded']} ({d['tokens_prefilled']}) "
                          f"{'=' if d['token_equal'] else '≠'}/{_kv_level(d)}")
         t2.add_row(str(r["indep"]), *cells)
     out.print(t2)
     f = doc["fit"]
-    out.print(f"B7 recomputed tokens = {f['slope']:.2f}·(T−τ+1) + {f['intercept']:.1f}, R² = {f['r2']:.5f}; "
-              f"transitions R² = {doc['fit_transitions']['r2']:.5f}")
+    if f:
+        out.print(f"B7 recomputed tokens = {f['slope']:.2f}·(T−τ+1) + {f['intercept']:.1f}, R² = {f['r2']:.5f}; "
+                  f"transitions R² = {doc['fit_transitions']['r2']:.5f}")
+    fd = doc["fit_decoded_vs_indep"]
+    if fd:
+        out.print(f"B7 tokens decoded = {fd['slope']:.1f}·indep + {fd['intercept']:.1f}, R² = {fd['r2']:.4f} "
+                  f"(replies skipped at each indep: "
+                  f"{', '.join(str(r['B7']['replies_skipped']) + '/' + str(r['B7']['replies']) for r in doc['indep_sweep'])})")
     if agent:
         ps = doc["paper_shape"]
         out.print(f"at suffix {ps['suffix']} (τ={ps['tau']}, indep {ps['indep']}): recomputed tokens B5/B7 = "
@@ -486,10 +496,13 @@ def bench_cost_law(model: str = typer.Option("tiny-llama", help="Model name or p
     for r in doc["flat_in_T"]:
         t3.add_row(str(r["T"]), str(r["B7_recomputed"]), str(r["B5_recomputed"]), f"{r['B7_seconds']:.3f}",
                    f"{r['B5_seconds']:.3f}")
-    out.print(t3)
+    if doc["flat_in_T"]:
+        out.print(t3)
     pv = doc["provenance"]
     out.print(f"provenance recording: {100 * pv['fraction']:.2f}% of step time ({pv['artifacts']} artifacts); "
               f"checkpoint metadata {pv['checkpoint_bytes_mean']:.0f} B mean, {pv['checkpoint_bytes_max']} B max")
+    out.print(f"per step: the fixed-point check of each reply {100 * pv['verify_fraction']:.1f}% of step time, "
+              f"K/V page capture {100 * pv['page_capture_fraction']:.2f}%")
     for r in doc["closure_query"]:
         out.print(f"taint closure on {r['artifacts']:>9,} artifacts: {1000 * r['seconds']:.1f} ms ({r['closure']:,} tainted)")
     _write_json(doc, json_path)
@@ -509,12 +522,13 @@ def _print_cross_process(doc: dict) -> None:
     t = Table(title=f"across processes (agent shape, T={r0['T']}, τ={r0['tau']}, suffix {r0['suffix']}): "
                     "`unsee forget` in a fresh process, no cache resident; tokens from the receipts "
                     "(remat. = re-materialized)")
-    for c in ("indep", "method", "transitions", "prefilled", "decoded", "remat.", "restored"):
+    for c in ("indep", "method", "transitions", "prefilled", "decoded", "skipped", "remat.", "restored"):
         t.add_column(c, justify="right")
     for r in rows:
-        for m in ("B5", "B7"):
+        for m in ("B5", "B5'", "B7"):
             d = r[m]
             t.add_row(str(r["indep"]), m, str(d["transitions"]), str(d["tokens_prefilled"]), str(d["tokens_decoded"]),
+                      f"{_fmt(d.get('replies_skipped'))}/{_fmt(d.get('replies'))}",
                       str(d["tokens_rematerialized"]), _fmt(d.get("tokens_restored")))
     out.print(t)
     same = all(r["digests_equal"] for r in rows)
@@ -524,7 +538,7 @@ def _print_cross_process(doc: dict) -> None:
     for c in ("indep", "method", "load", "forget", "save", "whole process"):
         t2.add_column(c, justify="right")
     for r in rows:
-        for m in ("B5", "B7"):
+        for m in ("B5", "B5'", "B7"):
             d = r[m]
             t2.add_row(str(r["indep"]), m, secs(d["load_seconds"]), secs(d["seconds"]), secs(d.get("save_seconds")),
                        secs(d["process_seconds"]))
@@ -532,7 +546,9 @@ def _print_cross_process(doc: dict) -> None:
     out.print(f"across processes: B5/B7 forget seconds = {_fmt(doc['ratio_seconds_full_reset'])}× "
               f"(whole process {_fmt(doc['ratio_process_seconds_full_reset'])}×); B7 re-materialized "
               f"{doc['tokens_rematerialized']} tokens (restored {_fmt(doc.get('tokens_restored'))}), load "
-              f"{secs(doc['load_seconds'])} s; in-process B5′/B7 seconds = {_fmt(doc['ratio_seconds_prefix_cached'])}×")
+              f"{secs(doc['load_seconds'])} s; B5′/B7 forget seconds = "
+              f"{_fmt(doc.get('ratio_seconds_prefix_cached_cross_process'))}× across processes, "
+              f"{_fmt(doc['ratio_seconds_prefix_cached'])}× in process")
 
 
 def main() -> None:  # pragma: no cover

@@ -102,6 +102,8 @@ _WHOLE = {
     "plan": (lambda s: s.plan, lambda v: [[c.call_id, c.tool, list(c.args), c.plan] for c in v],
              lambda v: tuple(ToolCall(c[0], c[1], tuple(c[2]), c[3]) for c in v)),
     "env": (lambda s: s.env, lambda v: [list(kv) for kv in v], lambda v: tuple(tuple(kv) for kv in v)),
+    # the replies this transition decoded: a later forget hands them to the replay as drafts
+    "outputs": (lambda s: s.outputs, lambda v: [list(o) for o in v], lambda v: tuple(tuple(o) for o in v)),
 }
 
 

@@ -41,10 +41,10 @@ class ReferenceRuntime:
     def forget(self, sources, method: str = "B7", checkpoint: int | None = None) -> Receipt:
         if method == "B7":
             self.session, receipt = selective_replay(self.session, sources, checkpoint)
-        elif method == "B5":
-            self.session, receipt = full_reset(self.session, sources)
+        elif method in ("B5", "B5'"):
+            self.session, receipt = full_reset(self.session, sources, prefix_cache=method == "B5'")
         else:
-            raise ValueError(f"method {method!r} is not B7 or B5")
+            raise ValueError(f"method {method!r} is not B7, B5 or B5'")
         self._meter.transitions += receipt.transitions
         return receipt
 

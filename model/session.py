@@ -72,6 +72,8 @@ class Receipt:
     deduplicated: tuple[str, ...] = ()  # call ids replay recognised as already committed
     replayed: tuple[Observation, ...] = field(default=(), repr=False)  # the sanitized õ_t fed to F
     tokens_restored: int = 0  # R_{c} context rows read back from K/V pages (no compute)
+    replies: int = 0  # model turns the replay produced
+    replies_skipped: int = 0  # of which the recorded reply was F's: checked by one prefill, not decoded
 
 
 @dataclass(frozen=True)
@@ -125,12 +127,13 @@ def wants_checkpoint(policy: str, state: State, obs: Observation) -> bool:
 
 
 def append(s: Session, obs: Observation, meter: Meter | None = None,
-           fire: bool = True) -> tuple[Session, tuple[LedgerEntry, ...]]:
-    """Run one transition on the live session; returns the new side effects it committed."""
+           fire: bool = True, hints=None) -> tuple[Session, tuple[LedgerEntry, ...]]:
+    """Run one transition on the live session; returns the new side effects it committed.
+    `hints`: recorded replies of this transition, used as drafts (see `step`)."""
     r = s.state
     if s.checkpoints[-1].boundary != s.T and wants_checkpoint(s.policy, r, obs):
         s = _checkpoint(s, r, s.T)
-    r2 = step(r, obs, meter, s.lm)
+    r2 = step(r, obs, meter, s.lm, hints)
     s.lm.after_step(r2)
     effects = r2.ledger[len(r.ledger):]
     s = replace(s, observations=s.observations + (obs,), states=s.states + (r2,))
@@ -247,12 +250,15 @@ def replay_tools(world: tuple[LedgerEntry, ...], effects: tuple[LedgerEntry, ...
     return dedup, differs
 
 
-def _replay(s: Session, start: State, boundary: int, sources, meter: Meter,
+def _replay(s: Session, start: State, boundary: int, sources, meter: Meter, drafts: bool = False,
             independent=frozenset(), mode: str | None = None):
     """Lines 6–10 on the live session from R_boundary; returns the new session and the A3 report.
 
-    `independent` (transition indices) with `mode` "oracle" or "verify" re-materializes those
-    turns' recorded outputs by prefill instead of decoding them (see `selective_replay`)."""
+    drafts=True hands each transition the replies the recorded run produced as drafts: F checks
+    each against the counterfactual context and keeps it only where it is F's own reply, so
+    the result is exactly what decoding would give (see `step`). `independent` (transition
+    indices) with mode "oracle" instead trusts a marking and prefills those turns' recorded
+    replies unchecked: a labelled comparison for the bench, not exact."""
     kept = tuple(c for c in s.checkpoints if c.boundary <= boundary)
     t = replace(s, observations=s.observations[:boundary], states=s.states[:boundary] + (start,),
                 checkpoints=kept)
@@ -265,7 +271,7 @@ def _replay(s: Session, start: State, boundary: int, sources, meter: Meter,
         if mode and i in independent:
             s.lm.force(s.states[i].outputs, mode)
         try:
-            t, effects = append(t, o, meter, fire=False)  # line 9 — never fires side effects
+            t, effects = append(t, o, meter, fire=False, hints=s.states[i].outputs if drafts else None)  # line 9
         finally:
             s.lm.force(None)
         d, c = replay_tools(s.world, effects)
@@ -286,7 +292,7 @@ def _receipt(method, sources, tau, s, new, c, meter, t0, taint, dedup, comp, rep
     return Receipt(tuple(sources), method, tau, s.T, c, meter.transitions, meter.tokens_prefilled,
                    meter.tokens_decoded, meter.tokens_rematerialized, time.perf_counter() - t0,
                    layer_digests(new.state, s.lm), tuple(sorted(taint)), tuple(comp), tuple(dedup), replayed,
-                   meter.tokens_restored)
+                   meter.tokens_restored, meter.replies, meter.replies_skipped)
 
 
 def _locate(s: Session, sources):
@@ -298,19 +304,18 @@ def _locate(s: Session, sources):
 
 
 def selective_replay(s: Session, sources, checkpoint: int | None = None, independent=frozenset(),
-                     mode: str | None = None) -> tuple[Session, Receipt]:
+                     mode: str | None = None, drafts: bool = True) -> tuple[Session, Receipt]:
     """B7, Algorithm 1. `checkpoint` forces a coarser splice point c < τ (for ablations).
 
-    Opt-in fast paths for post-τ turns marked `independent` of z (they still count as
-    transitions; only how each is computed changes):
-    - mode "oracle": trust the marking and prefill the recorded outputs in one forward
-      (token equality holds if the oracle is right; the K/V are not bit-exact);
-    - mode "verify": no oracle needed — prefill the recorded outputs, keep them up to the
-      first token greedy decoding would not produce, decode from there (token equality is
-      checked; the K/V of accepted tokens are not bit-exact).
+    Each replayed transition gets the recorded run's replies as drafts (drafts=True): a reply
+    the target did not change is accepted after one check instead of being decoded again, and
+    one it changed is decoded from its first changed token; either way the result is F's, bit
+    for bit, with no oracle (the receipt counts replies skipped). mode "oracle" is the bench's
+    labelled comparison: trust a marking of `independent` turns, prefill their recorded replies
+    unchecked (token equality only if the marking is right; not bit-exact).
     """
-    if mode not in (None, "oracle", "verify"):
-        raise UnseeError(f"mode {mode!r} is not 'oracle' or 'verify'")
+    if mode not in (None, "oracle"):
+        raise UnseeError(f"mode {mode!r} is not None or 'oracle'")
     t0 = time.perf_counter()
     arts, tau = _locate(s, sources)  # lines 1–2
     taint = taint_closure(provenance_graph(s.state), arts)  # line 3
@@ -320,22 +325,29 @@ def selective_replay(s: Session, sources, checkpoint: int | None = None, indepen
     c = choose_checkpoint(cands, tau)  # line 4
     meter = Meter()
     start = restore(s, c, meter)  # line 5
-    new, dedup, comp, replayed = _replay(s, start, c.boundary, sources, meter, independent, mode)  # lines 6–10
+    new, dedup, comp, replayed = _replay(s, start, c.boundary, sources, meter, drafts and mode is None,
+                                         independent, mode)  # lines 6–10
     return new, _receipt("B7" if mode is None else f"B7-{mode}", sources, tau, s, new, c.boundary, meter, t0, taint, dedup, comp, replayed)
 
 
 def full_reset(s: Session, sources, prefix_cache: bool = False) -> tuple[Session, Receipt]:
     """B5: re-run from R_init over o^{-z}: T invocations of F.
 
-    prefix_cache=True is B5′: the resident cache serves as a generic prefix cache, so a
-    prompt block whose tokens continue a byte-identical prefix reuses its rows instead of
-    being computed (decoding is always computed). The result is bit-exact like B5."""
+    prefix_cache=True is B5′: the cache of R_T (resident, or read back from K/V pages in a new
+    process) serves as a generic prefix cache, so a prompt block whose tokens continue a
+    byte-identical prefix reuses its rows instead of being computed (decoding is always
+    computed). The result is bit-exact like B5."""
     t0 = time.perf_counter()
     arts, tau = _locate(s, sources)
     taint = taint_closure(provenance_graph(s.state), arts)
     meter = Meter()
-    if prefix_cache and s.lm.resident(s.state.kv):
-        s.lm.set_prefix_cache(s.state.kv, s.state.tokens)
+    if prefix_cache:
+        kv = s.state.kv
+        if not s.lm.resident(kv):  # a new process: the prefix cache is the stored R_T, read back
+            kv, computed = s.lm.rebuild(s.state.tokens, s.state.blocks)
+            meter.tokens_rematerialized += computed
+            meter.tokens_restored += len(s.state.tokens) - computed
+        s.lm.set_prefix_cache(kv, s.state.tokens)
     try:
         start = replace(s.states[0], kv=s.lm.empty())  # a fresh R_init, nothing carried over
         new, dedup, comp, replayed = _replay(s, start, 0, sources, meter)

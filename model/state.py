@@ -125,7 +125,7 @@ class Block:
     """A contiguous run of context tokens [start, end) produced by one artifact.
 
     The canonical schedule: tokens [start, start + prefill) went through the model as one
-    prefill; the rest (a decoded reply) one token per forward.
+    prefill; the rest (a model's reply, the fixed point of its own prefill) as a second one.
     """
 
     artifact: str
@@ -191,8 +191,9 @@ def initial_state(config: Config = Config(), model=lm.REFERENCE) -> State:
 class _Turn:
     """Accumulates one transition's outputs; `freeze` returns the new State."""
 
-    def __init__(self, state: State, turn: int, model) -> None:
+    def __init__(self, state: State, turn: int, model, hints=None) -> None:
         self.lm = model
+        self.hints = list(hints or ())  # a recorded run's replies, in decode order: drafts only
         self.s = state
         self.turn = turn
         self.tokens = list(state.tokens)
@@ -208,6 +209,8 @@ class _Turn:
         self.inputs: tuple[str, ...] = ()
         self.prefilled = 0
         self.decoded = 0
+        self.replies = 0  # decodes of at least one token
+        self.skipped = 0  # of which the draft was F's reply: no token decoded
 
     def field(self, kind: str, part: Part) -> str:
         """A recorded observation field: an input, so it has no parents."""
@@ -255,13 +258,17 @@ class _Turn:
         start = len(self.tokens)
         head = self.lm.header(type_)
         self.kv = self.lm.prefill(self.kv, head, logits=True)
-        out, self.kv = self.lm.decode(self.kv, n, draw)
+        hint = self.hints.pop(0) if self.hints else None
+        out, self.kv, decoded = self.lm.decode(self.kv, n, draw, hint)
         self.outputs.append(out)
         aid = self.artifact(type_, self.last_block(), span=(start, start + len(head) + n))
         self.tokens.extend(head + out)
         self.blocks.append(Block(aid, "assistant", start, len(self.tokens), len(head)))
         self.prefilled += len(head)
-        self.decoded += n
+        self.decoded += decoded
+        if n:
+            self.replies += 1
+            self.skipped += decoded == 0
         return aid, out
 
     def freeze(self, **changes) -> State:
@@ -289,11 +296,17 @@ class Meter:
     tokens_decoded: int = 0
     tokens_rematerialized: int = 0  # restore: context rows recomputed from the recorded tokens
     tokens_restored: int = 0  # restore: context rows read back (K/V pages), no compute
+    replies: int = 0  # model turns decoded (replies, plans, summaries)
+    replies_skipped: int = 0  # of which a recorded draft was F's reply: one prefill, no decoding
 
 
-def step(state: State, obs: Observation, meter: Meter | None = None, model=lm.REFERENCE) -> State:
-    """F(R_{t-1}, o_t; θ) → R_t (Eq. 1). `model` is θ: the reference LM unless a real one is given."""
-    b = _Turn(state, state.turn + 1, model)
+def step(state: State, obs: Observation, meter: Meter | None = None, model=lm.REFERENCE, hints=None) -> State:
+    """F(R_{t-1}, o_t; θ) → R_t (Eq. 1). `model` is θ: the reference LM unless a real one is given.
+
+    `hints`: the replies a recorded run of this transition produced, as drafts. F's result does
+    not depend on them (each reply is the unique fixed point of the model's choices); a draft
+    that is already that fixed point is accepted after one check instead of being decoded."""
+    b = _Turn(state, state.turn + 1, model, hints)
     fields = [b.field(obs.kind, part) for part in obs.visible]
     b.inputs = tuple(fields) + b.last_block()
     commit_pending(b, state.plan)
@@ -311,6 +324,8 @@ def step(state: State, obs: Observation, meter: Meter | None = None, model=lm.RE
         meter.transitions += 1
         meter.tokens_prefilled += b.prefilled
         meter.tokens_decoded += b.decoded
+        meter.replies += b.replies
+        meter.replies_skipped += b.skipped
     return b.freeze(plan=plan, summary=summary)
 
 

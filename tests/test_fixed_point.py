@@ -1,0 +1,163 @@
+"""A reply is the fixed point of its own prefill, so a recorded reply the target did not change
+is accepted by one check instead of decoded again, exactly, with no oracle."""
+
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+
+from tests.kv_helpers import EPISODE, FAMILIES
+from tests.test_cli_store import unsee
+from tests.test_kv_pages import kv_equal, snapshot_kv
+from unsee.impl.agent import KVRuntime
+from unsee.impl.engine import KVEngine, TorchLM, row_independence
+from unsee.impl.episode import write_episode
+from unsee.impl.exact import compare
+from unsee.impl.models import Bundle, load
+from unsee.model import Config
+from unsee.model.session import append, selective_replay
+from unsee.model.state import Meter
+
+CONFIGS = [(m, d, a) for m in FAMILIES for d in ("float32", "bfloat16") for a in ("eager", "sdpa")]
+
+
+def runtime(model, dtype, attn):
+    rt = KVRuntime.__new__(KVRuntime)
+    rt.bundle = load(model, dtype=dtype, attn=attn)
+    KVRuntime.__bases__[0].__init__(rt, Config(), "every", TorchLM(rt.bundle))
+    return rt
+
+
+@pytest.mark.parametrize("model,dtype,attn", CONFIGS)
+def test_rows_are_independent_of_later_tokens(model, dtype, attn):
+    rt = runtime(model, dtype, attn)
+    holds, note = row_independence(rt.engine)
+    assert holds, note
+    assert rt.model.drafts_ok
+
+
+@pytest.mark.parametrize("model,dtype,attn", CONFIGS)
+def test_every_reply_is_the_fixed_point_of_its_prefill(model, dtype, attn):
+    rt = runtime(model, dtype, attn)
+    for o in EPISODE[:2]:  # a system prompt, then a user turn with a 4-token reply
+        rt.step(o)
+    r = rt.session.state
+    reply = r.blocks[-1]
+    head, toks = r.tokens[reply.start:reply.start + reply.prefill], r.tokens[reply.start + reply.prefill:reply.end]
+    e = rt.engine.clone()
+    b = len(rt.model.bos)
+    e.crop(b + reply.start)
+    e.prefill_logits(head)
+    first = e.choose(e.logits)
+    rows = e.prefill_logits(toks)  # [n, V]
+    assert [first] + [e.choose(rows[i]) for i in range(len(toks) - 1)] == list(toks)
+    assert kv_equal(e.kv_tensors(), rt.engine.kv_tensors())  # the reply's K/V are that prefill's
+
+
+@pytest.mark.parametrize("model", FAMILIES)
+def test_a_recorded_reply_is_accepted_with_no_decoding_and_the_same_bits(model):
+    rt = KVRuntime(model)
+    for o in EPISODE[:4]:
+        rt.step(o)
+    prev = rt.session
+    before = snapshot_kv(rt)
+    rt.step(EPISODE[4])  # a reply and a lookup plan
+    want, recorded = snapshot_kv(rt), rt.session.state.outputs
+    for hints, skipped in ((recorded, 2), (None, 0), (((recorded[0][:-1] + (recorded[0][-1] + 1,)),) + recorded[1:], 1)):
+        again = rt.branch()
+        again.session = prev
+        kv, _ = again.model.rebuild(prev.state.tokens, prev.state.blocks)
+        assert kv_equal(again.engine.kv_tensors(), before)
+        again.session = replace(prev, states=prev.states[:-1] + (replace(prev.state, kv=kv),))
+        m = Meter()
+        s2, _ = append(again.session, EPISODE[4], m, hints=hints)
+        assert s2.state.outputs == recorded and kv_equal(again.engine.kv_tensors(), want)
+        assert (m.replies, m.replies_skipped) == (2, skipped)
+        assert (m.tokens_decoded == 0) == (skipped == 2)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("model", FAMILIES)
+def test_b7_with_drafts_is_bit_exact_against_a_full_reset(model, dtype):
+    rt = KVRuntime(model, dtype=dtype)
+    for o in EPISODE:
+        rt.step(o)
+    b7, b5 = rt.branch(), rt.branch()
+    r7, r5 = b7.forget(["z"]), b5.forget(["z"], method="B5")
+    eq = compare(b7, b5)
+    assert all(eq.values()), eq
+    assert r7.replies == 7 and r5.replies_skipped == 0  # B5 is a restart: it has no drafts
+    assert r7.tokens_decoded <= r5.tokens_decoded
+
+
+def test_trusting_the_drafts_unchecked_is_caught():
+    """The oracle mode on every post-τ turn: what skipping would be without the check."""
+    rt = KVRuntime("tiny-qwen2")
+    for o in EPISODE:
+        rt.step(o)
+    b7, bad, b5 = rt.branch(), rt.branch(), rt.branch()
+    r7 = b7.forget(["z"])
+    bad.session, _ = selective_replay(bad.session, ["z"], independent=frozenset(range(3, 8)), mode="oracle")
+    b5.forget(["z"], method="B5")
+    assert r7.replies_skipped < r7.replies  # the target changed some replies here…
+    assert all(compare(b7, b5).values())
+    assert not all(compare(bad, b5).values())  # …and trusting the recording keeps the old ones
+
+
+class Leaky(torch.nn.Module):
+    """A backend that breaks row independence: every logits row sees the block's mean."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.config = inner, inner.config
+
+    def forward(self, **kw):
+        out = self.inner(**kw)
+        out.logits = out.logits + out.logits.mean(dim=1, keepdim=True)
+        return out
+
+
+def test_a_backend_that_breaks_row_independence_refuses_skipping_and_stays_exact():
+    good = load("tiny-llama")
+    bundle = Bundle("leaky", Leaky(good.model).eval(), good.template, good.device, good.dtype)
+    holds, note = row_independence(KVEngine(bundle.model, bundle.device))
+    assert not holds and "skipping refused" in note
+    rt = KVRuntime.__new__(KVRuntime)
+    rt.bundle = bundle
+    KVRuntime.__bases__[0].__init__(rt, Config(), "every", TorchLM(bundle))
+    assert not rt.model.drafts_ok
+    for o in EPISODE:
+        rt.step(o)
+    b7, b5 = rt.branch(), rt.branch()
+    r7 = b7.forget(["z"])
+    b5.forget(["z"], method="B5")
+    assert r7.replies_skipped == 0 and all(compare(b7, b5).values())
+
+
+def test_a_forget_in_a_new_process_reuses_the_stored_replies(tmp_path):
+    ep = tmp_path / "e.jsonl"
+    write_episode(ep, EPISODE)
+    db = tmp_path / "s.db"
+    unsee("run", ep, "--db", db, "--model", "tiny-mistral")
+    receipt = tmp_path / "r.json"
+    unsee("forget", "--db", db, "--source", "z", "--json", receipt)
+    r = json.loads(receipt.read_text())
+    assert r["replies"] == 7 and r["replies_skipped"] > 0  # stored outputs, read back as drafts
+    unsee("check", "--db", db)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_fixed_point_and_skipping_on_cuda(dtype):
+    bundle = load("tiny-llama", dtype=dtype, device="cuda", attn="sdpa")
+    holds, note = row_independence(KVEngine(bundle.model, bundle.device))
+    rt = KVRuntime("tiny-llama", dtype=dtype, device="cuda")
+    for o in EPISODE:
+        rt.step(o)
+    b7, b5 = rt.branch(), rt.branch()
+    r7 = b7.forget(["z"])
+    b5.forget(["z"], method="B5")
+    assert all(compare(b7, b5).values())
+    assert (r7.replies_skipped > 0) <= holds, note
