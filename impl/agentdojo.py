@@ -184,6 +184,12 @@ def _user_task(suite_name: str, user_task: str):
     return suite, ut, calls, read, tuple(clean), tuple(snaps)
 
 
+def clean_results(suite_name: str, user_task: str) -> list[str]:
+    """The user task's tool results with every injection vector empty: the world without z."""
+    _require()
+    return list(_user_task(suite_name, user_task)[4])
+
+
 def convert(suite_name: str, user_task: str, injection_task: str, benign_turns: int = 0,
             reply: int = 8, tool_reply: int = 4) -> Episode:
     _require()

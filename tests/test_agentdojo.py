@@ -4,7 +4,7 @@ import pytest
 
 pytest.importorskip("agentdojo", reason="install the agentdojo extra: pip install -e '.[agentdojo]'")
 
-from unsee.impl.agentdojo import TARGET, convert, episode_digest  # noqa: E402
+from unsee.impl.agentdojo import TARGET, clean_results, convert, episode_digest  # noqa: E402
 from unsee.model import counterfactual_stream  # noqa: E402
 
 ONE_PER_SUITE = [("workspace", "user_task_0", "injection_task_0"), ("travel", "user_task_1", "injection_task_2"),
@@ -16,9 +16,11 @@ def test_pair_converts_deterministically_with_a_separable_target(pair):
     ep = convert(*pair, benign_turns=1)
     assert episode_digest(ep) == episode_digest(convert(*pair, benign_turns=1))  # frozen clock: rebuilds identically
     assert ep.tau > 3  # system, benign turn and task prompt come first: a shared prefix
-    assert ep.target_texts and all("INFORMATION" in t or t for t in ep.target_texts)
+    assert ep.target_texts and any("<INFORMATION>" in t for t in ep.target_texts)  # the injected span itself
+    # o^{-z} against an independent oracle: AgentDojo run with the injection vectors empty
     clean = counterfactual_stream(ep.observations, [TARGET])
-    assert all(TARGET not in o.sources for o in clean)
+    clean_tools = ["".join(p.text for p in o.parts) for o in clean if o.kind == "tool"]
+    assert clean_tools == clean_results(pair[0], pair[1])
     assert len(clean) == len(ep.observations)
 
 
