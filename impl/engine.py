@@ -456,6 +456,21 @@ class TorchLM:
             raise UnseeError(f"re-materialized {kv.length} positions for {len(tokens)} recorded tokens")
         return kv, computed
 
+    # -- the post-τ-cache mutant (specs.mutants.ReusePostTauCache) ---------------------------
+    def snapshot(self, kv: KVRef):
+        self._live(kv)
+        return [(k.clone(), v.clone()) for k, v in self.engine.kv_tensors()]
+
+    def graft(self, kv: KVRef, old) -> KVRef:
+        """Overwrite the first min(len) rows of the resident cache with a snapshot's rows."""
+        self._live(kv)
+        with torch.inference_mode():
+            for layer, (k, v) in zip(self.engine.cache.layers, old):
+                n = min(k.shape[-2], layer.keys.shape[-2])
+                layer.keys = torch.cat([k[..., :n, :], layer.keys[..., n:, :]], dim=-2)
+                layer.values = torch.cat([v[..., :n, :], layer.values[..., n:, :]], dim=-2)
+        return kv
+
     # -- K/V pages ----------------------------------------------------------------------------
     def page(self, key: str) -> torch.Tensor | None:
         if key in self.pages:

@@ -149,6 +149,15 @@ class ReferenceLM:
         Returns (kv, tokens computed): the reference keeps no pages, so it computes them all."""
         return extend((), tuple(tokens)), len(tokens)
 
+    def snapshot(self, kv):
+        """A copy of a cache, for the post-τ-cache mutant (specs.mutants) to graft back."""
+        return kv
+
+    def graft(self, kv, old):
+        """The mutant's mistake: the first min(len) rows taken from a snapshot `old`."""
+        n = min(len(old), len(kv))
+        return old[:n] + kv[n:]
+
     def after_step(self, state) -> None:
         """Called with each new state R_t; a real engine persists the K/V it computed."""
 

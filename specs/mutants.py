@@ -141,10 +141,10 @@ def reuse_post_tau_cache(s, sources):
     _, tau = _locate(s, sources)
     meter = Meter()
     c = choose_checkpoint(s.checkpoints, tau)
+    contaminated = s.lm.snapshot(s.state.kv)  # R_T's cache, z's rows and all
     new, _, _, replayed = _replay(s, restore(s, c, meter), c.boundary, sources, meter)
-    old, fresh = s.state, new.state
-    n = min(len(old.kv), len(fresh.kv))
-    kv = old.kv[:n] + fresh.kv[n:]
+    fresh = new.state
+    kv = s.lm.graft(fresh.kv, contaminated)  # the replayed tokens over the contaminated rows
     new = replace(new, states=new.states[:-1] + (replace(fresh, kv=kv),))
     return _finish(s, new, sources, tau, c.boundary, meter, replayed=replayed)
 
