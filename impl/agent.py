@@ -59,6 +59,12 @@ def kv_factory_for(model: str, dtype: str = "float32", device: str | None = None
     return factory_for
 
 
+def kv_tiny_llama(cfg: dict) -> KVRuntime:
+    """For the conformance kit: `--unsee-runtime=unsee.impl.agent:kv_tiny_llama`."""
+    return KVRuntime("tiny-llama", Config(sampling=cfg.get("sampling", False), seed=cfg.get("seed", 0)),
+                     cfg.get("policy", "every"))
+
+
 def make_runtime(model: str, config: Config = Config(), policy: str = "every", **kw) -> ReferenceRuntime:
     """`reference` gives the pure-Python model (fast, for tests); anything else a KVRuntime."""
     if model == "reference":

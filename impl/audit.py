@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
 
 import torch
 
 from unsee.impl.baselines import IFC, apply, tainted_plan
+from unsee.impl.episodes import Case
 from unsee.model.state import Observation, Part
 
 PROBES = {
@@ -31,20 +31,6 @@ PROBES = {
     "cued": "{cue}",
 }
 CONTINUATION = "Now complete the task and write down any details you need."
-
-
-@dataclass
-class Case:
-    """One audited episode: the stream, the target source and what counts as a leak."""
-
-    name: str
-    observations: list
-    sources: list[str]
-    needles: list[str]  # strings whose presence is a leak
-    texts: list[str]  # the target's raw text (for B2 and B6)
-    what: str  # how the direct probe names the target
-    cue: str  # a prefix the cued-completion probe starts from
-    facts: list[str] = field(default_factory=list)  # non-target facts, for utility
 
 
 IDENTIFIER = re.compile(r"[A-Z]{2}\d{10,}|[\w.+-]+@[\w-]+\.[\w.]+|https?://\S+|www\.\S+|\d+ [A-Z]\w+ (Way|Street|Road|Lane|Avenue|Drive)")

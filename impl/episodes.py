@@ -8,9 +8,24 @@ it (a delivery with a tool call, a summary written back to memory, a question ab
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass, field
 
-from unsee.impl.audit import Case
 from unsee.model.state import Observation, Part
+
+
+@dataclass
+class Case:
+    """One audited episode: the stream, the target source and what counts as a leak."""
+
+    name: str
+    observations: list
+    sources: list[str]
+    needles: list[str]  # strings whose presence is a leak
+    texts: list[str]  # the target's raw text (for B2 and B6)
+    what: str  # how the direct probe names the target
+    cue: str  # a prefix the cued-completion probe starts from
+    facts: list[str] = field(default_factory=list)  # non-target facts, for utility
+
 
 SYSTEM = "You are a helpful personal assistant. Keep answers short."
 STREETS = ("Wallaby Way", "Elm Street", "Harbour Road", "Maple Avenue", "King Street", "Ocean Drive")

@@ -250,8 +250,8 @@ def replay_tools(world: tuple[LedgerEntry, ...], effects: tuple[LedgerEntry, ...
     return dedup, differs
 
 
-def _replay(s: Session, start: State, boundary: int, sources, meter: Meter, drafts: bool = False,
-            independent=frozenset(), mode: str | None = None):
+def replay_suffix(s: Session, start: State, boundary: int, sources, meter: Meter, drafts: bool = False,
+                  independent=frozenset(), mode: str | None = None):
     """Lines 6–10 on the live session from R_boundary; returns the new session and the A3 report.
 
     drafts=True hands each transition the replies the recorded run produced as drafts: F checks
@@ -288,14 +288,17 @@ def _replay(s: Session, start: State, boundary: int, sources, meter: Meter, draf
     return t, dedup, comp, tuple(replayed)
 
 
-def _receipt(method, sources, tau, s, new, c, meter, t0, taint, dedup, comp, replayed) -> Receipt:
+def make_receipt(method, sources, tau, s, new, c, meter, t0, taint, dedup, comp, replayed) -> Receipt:
+    """The receipt of a forget operator: what it read and recomputed, and the digests of the
+    state it left (`c`: the checkpoint it spliced at; `t0`: when it started)."""
     return Receipt(tuple(sources), method, tau, s.T, c, meter.transitions, meter.tokens_prefilled,
                    meter.tokens_decoded, meter.tokens_rematerialized, time.perf_counter() - t0,
                    layer_digests(new.state, s.lm), tuple(sorted(taint)), tuple(comp), tuple(dedup), replayed,
                    meter.tokens_restored, meter.replies, meter.replies_skipped)
 
 
-def _locate(s: Session, sources):
+def locate_target(s: Session, sources):
+    """Lines 1–2 for several sources: the artifacts that carried them and the earliest τ."""
     if not sources:
         raise UnseeError("a forget request needs at least one source id")
     arts = tuple(a for src in sources for a in locate_source(s, src))
@@ -317,7 +320,7 @@ def selective_replay(s: Session, sources, checkpoint: int | None = None, indepen
     if mode not in (None, "oracle"):
         raise UnseeError(f"mode {mode!r} is not None or 'oracle'")
     t0 = time.perf_counter()
-    arts, tau = _locate(s, sources)  # lines 1–2
+    arts, tau = locate_target(s, sources)  # lines 1–2
     taint = taint_closure(provenance_graph(s.state), arts)  # line 3
     cands = s.checkpoints if checkpoint is None else [c for c in s.checkpoints if c.boundary == checkpoint]
     if checkpoint is not None and (not cands or checkpoint >= tau):
@@ -325,9 +328,9 @@ def selective_replay(s: Session, sources, checkpoint: int | None = None, indepen
     c = choose_checkpoint(cands, tau)  # line 4
     meter = Meter()
     start = restore(s, c, meter)  # line 5
-    new, dedup, comp, replayed = _replay(s, start, c.boundary, sources, meter, drafts and mode is None,
+    new, dedup, comp, replayed = replay_suffix(s, start, c.boundary, sources, meter, drafts and mode is None,
                                          independent, mode)  # lines 6–10
-    return new, _receipt("B7" if mode is None else f"B7-{mode}", sources, tau, s, new, c.boundary, meter, t0, taint, dedup, comp, replayed)
+    return new, make_receipt("B7" if mode is None else f"B7-{mode}", sources, tau, s, new, c.boundary, meter, t0, taint, dedup, comp, replayed)
 
 
 def full_reset(s: Session, sources, prefix_cache: bool = False) -> tuple[Session, Receipt]:
@@ -338,7 +341,7 @@ def full_reset(s: Session, sources, prefix_cache: bool = False) -> tuple[Session
     byte-identical prefix reuses its rows instead of being computed (decoding is always
     computed). The result is bit-exact like B5."""
     t0 = time.perf_counter()
-    arts, tau = _locate(s, sources)
+    arts, tau = locate_target(s, sources)
     taint = taint_closure(provenance_graph(s.state), arts)
     meter = Meter()
     if prefix_cache:
@@ -350,7 +353,7 @@ def full_reset(s: Session, sources, prefix_cache: bool = False) -> tuple[Session
         s.lm.set_prefix_cache(kv, s.state.tokens)
     try:
         start = replace(s.states[0], kv=s.lm.empty())  # a fresh R_init, nothing carried over
-        new, dedup, comp, replayed = _replay(s, start, 0, sources, meter)
+        new, dedup, comp, replayed = replay_suffix(s, start, 0, sources, meter)
     finally:
         s.lm.prefix = None
-    return new, _receipt("B5'" if prefix_cache else "B5", sources, tau, s, new, 0, meter, t0, taint, dedup, comp, replayed)
+    return new, make_receipt("B5'" if prefix_cache else "B5", sources, tau, s, new, 0, meter, t0, taint, dedup, comp, replayed)

@@ -16,14 +16,14 @@ from dataclasses import replace
 
 from unsee.model.runtime import ReferenceRuntime
 from unsee.model.session import (
-    _locate, _receipt, _replay, counterfactual_stream, provenance_graph, restore,
+    counterfactual_stream, locate_target, make_receipt, replay_suffix, provenance_graph, restore,
     choose_checkpoint, taint_closure,
 )
 from unsee.model.state import Block, Meter
 
 
 def _finish(s, new, sources, tau, c, meter, taint=(), replayed=()):
-    return new, _receipt("mutant", sources, tau, s, new, c, meter, 0.0, taint, (), (), tuple(replayed))
+    return new, make_receipt("mutant", sources, tau, s, new, c, meter, 0.0, taint, (), (), tuple(replayed))
 
 
 def _edited(s, r2, sources, tau, taint=()):
@@ -43,14 +43,14 @@ class _Mutant(ReferenceRuntime):
 
 
 def crop_at_tau(s, sources):
-    _, tau = _locate(s, sources)
+    _, tau = locate_target(s, sources)
     meter = Meter()
     c = min((c for c in s.checkpoints if c.boundary >= tau), key=lambda c: c.boundary, default=None)
     if c is None:  # no checkpoint at or after τ: crop the live state instead
         start, boundary = s.state, s.T
     else:
         start, boundary = restore(s, c, meter), c.boundary
-    new, _, _, replayed = _replay(s, start, boundary, sources, meter)
+    new, _, _, replayed = replay_suffix(s, start, boundary, sources, meter)
     return _finish(s, new, sources, tau, boundary, meter, replayed=replayed)
 
 
@@ -60,12 +60,12 @@ class CropAtTau(_Mutant):
 
 
 def one_transition_short(s, sources):
-    _, tau = _locate(s, sources)
+    _, tau = locate_target(s, sources)
     meter = Meter()
     c = choose_checkpoint(s.checkpoints, tau)
     start = restore(s, c, meter)
     short = replace(s, observations=s.observations[:-1])
-    new, _, _, replayed = _replay(short, start, c.boundary, sources, meter)
+    new, _, _, replayed = replay_suffix(short, start, c.boundary, sources, meter)
     return _finish(s, new, sources, tau, c.boundary, meter, replayed=replayed)
 
 
@@ -89,7 +89,7 @@ def _without_artifacts(state, drop: set[str], model):
 
 
 def source_redaction(s, sources):
-    arts, tau = _locate(s, sources)
+    arts, tau = locate_target(s, sources)
     r = s.state
     # the fields, their direct prompt blocks and memory records; derived artifacts stay
     direct = set(arts) | {a.id for a in r.artifacts
@@ -107,7 +107,7 @@ class SourceRedaction(_Mutant):
 
 
 def sanitize_without_replay(s, sources):
-    arts, tau = _locate(s, sources)
+    arts, tau = locate_target(s, sources)
     r = s.state
     taint = taint_closure(provenance_graph(r), arts)
     r2 = _without_artifacts(r, taint, s.lm)
@@ -125,7 +125,7 @@ class SanitizeWithoutReplay(_Mutant):
 
 
 def span_excision(s, sources):
-    arts, tau = _locate(s, sources)
+    arts, tau = locate_target(s, sources)
     r = s.state
     spans = {a.id for a in r.artifacts if a.type == "block" and a.parents and a.parents[0] in arts}
     r2 = _without_artifacts(r, spans, s.lm)
@@ -138,11 +138,11 @@ class SpanExcision(_Mutant):
 
 
 def reuse_post_tau_cache(s, sources):
-    _, tau = _locate(s, sources)
+    _, tau = locate_target(s, sources)
     meter = Meter()
     c = choose_checkpoint(s.checkpoints, tau)
     contaminated = s.lm.snapshot(s.state.kv)  # R_T's cache, z's rows and all
-    new, _, _, replayed = _replay(s, restore(s, c, meter), c.boundary, sources, meter)
+    new, _, _, replayed = replay_suffix(s, restore(s, c, meter), c.boundary, sources, meter)
     fresh = new.state
     kv = s.lm.graft(fresh.kv, contaminated)  # the replayed tokens over the contaminated rows
     new = replace(new, states=new.states[:-1] + (replace(fresh, kv=kv),))

@@ -1,8 +1,8 @@
 """Ready-made factories for the kit: `--unsee-runtime=unsee.specs.runtimes:<name>`.
 
 Each takes the drawn config {"policy", "sampling", "seed"} and returns a fresh runtime:
-`reference` (the pure-Python model), `kv_tiny_llama` (the real engine on a tiny model),
-and one per mutant, which the kit must reject.
+`reference` (the pure-Python model), and one per mutant, which the kit must reject. The
+real engine on a tiny model is `unsee.impl.agent:kv_tiny_llama`.
 """
 
 from __future__ import annotations
@@ -20,10 +20,9 @@ def reference(cfg: dict):
     return ReferenceRuntime(_cfg(cfg), cfg.get("policy", "every"))
 
 
-def kv_tiny_llama(cfg: dict):
-    from unsee.impl.agent import KVRuntime
-
-    return KVRuntime("tiny-llama", _cfg(cfg), cfg.get("policy", "every"))
+# The real engine lives in unsee.impl, which specs do not import: the kit resolves this name
+# to unsee.impl.agent:kv_tiny_llama (the old spelling keeps working).
+kv_tiny_llama = "unsee.impl.agent:kv_tiny_llama"
 
 
 def _mutant(cls):

@@ -1,0 +1,81 @@
+"""The package's import graph: one-way dependencies, no cycles, no borrowed private names.
+
+model imports nothing of unsee; specs and proofs import model only; impl imports the rest.
+Built from the source with `ast`, so a violation fails here before anyone reads the code."""
+
+import ast
+import sys
+from pathlib import Path
+
+import networkx as nx
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = {"model": "unsee.model", "specs": "unsee.specs", "proofs": "unsee.proofs", "impl": "unsee.impl"}
+ALLOWED = {"model": set(), "specs": {"model"}, "proofs": {"model"}, "impl": {"model", "specs", "proofs"}}
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for folder, pkg in PACKAGES.items():
+        for f in sorted((ROOT / folder).rglob("*.py")):
+            rel = f.relative_to(ROOT / folder).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            out[".".join([pkg, *parts])] = f
+    return out
+
+
+def imports(path: Path) -> list[tuple[str, tuple[str, ...]]]:
+    """(module imported, names taken from it) for every unsee import in the file."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(a.name, ()) for a in node.names if a.name.startswith("unsee.")]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("unsee."):
+            out.append((node.module, tuple(a.name for a in node.names)))
+    return out
+
+
+def graph():
+    mods = modules()
+    g = nx.DiGraph()
+    problems = []
+    for name, path in mods.items():
+        g.add_node(name)
+        layer = name.split(".")[1]
+        for target, names in imports(path):
+            subs = [f"{target}.{n}" for n in names if f"{target}.{n}" in mods]  # `from pkg import module`
+            for dest in subs or [target]:
+                if dest in mods and dest != name:
+                    g.add_edge(name, dest)
+            to_layer = target.split(".")[1]
+            if to_layer != layer and to_layer not in ALLOWED[layer]:
+                problems.append(f"{name} imports {target} ({layer} may import {sorted(ALLOWED[layer]) or 'nothing'})")
+            for n in names:
+                sub = f"{target}.{n}" in mods
+                if n.startswith("_") and not sub:
+                    problems.append(f"{name} imports the private name {n} of {target}")
+    return g, problems
+
+
+def test_dependencies_run_one_way_and_no_private_name_is_borrowed():
+    _, problems = graph()
+    assert not problems, "\n".join(problems)
+
+
+def test_no_import_cycle():
+    g, _ = graph()
+    cycles = list(nx.simple_cycles(g))
+    assert not cycles, cycles
+
+
+def test_the_checker_sees_a_violation(tmp_path, monkeypatch):
+    """The test can fail: a model module that imports impl, and a private name, are reported."""
+    bad = tmp_path / "model" / "bad.py"
+    bad.parent.mkdir()
+    bad.write_text("from unsee.impl.engine import KVEngine\nfrom unsee.model.session import _secret\n")
+    for folder in ("specs", "proofs", "impl"):
+        (tmp_path / folder).mkdir()
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    _, problems = graph()
+    assert any("imports unsee.impl.engine" in p for p in problems)
+    assert any("private name _secret" in p for p in problems)
