@@ -618,14 +618,18 @@ def plot(doc: dict, path) -> list[str]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     cross = doc.get("cross_process")
-    fig, ax = plt.subplots(1, 3 if cross else 2, figsize=(16.5 if cross else 11, 4))
+    panels = 2 + bool(cross) - (not doc["tau_sweep"])
+    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4))
+    # ax[0] τ sweep (absent without one), ax[1] indep sweep, ax[2] across processes
+    ax = ([None] if not doc["tau_sweep"] else []) + list(axes)
     agent = doc.get("shape", "short") == "agent"
     sweep = sorted(doc["tau_sweep"], key=lambda r: r["suffix"] if agent else r["tau"])
     xs = [r["suffix"] if agent else r["tau"] for r in sweep]
     for m, style in (("B5", "s-"), ("B5'", "^-"), ("B7", "o-")):
-        ax[0].plot(xs, [r[m]["recomputed"] for r in sweep], style, label=m)
+        if sweep:
+            ax[0].plot(xs, [r[m]["recomputed"] for r in sweep], style, label=m)
     if not sweep:
-        ax[0].set_axis_off()
+        pass
     elif agent:
         f = doc["fit"]
         ax[0].plot([0, max(xs)], [f["intercept"], f["intercept"] + f["slope"] * max(xs)], ":", color="grey",
