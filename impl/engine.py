@@ -320,7 +320,7 @@ class TorchLM:
         self.epoch = 0
         self.bos = tuple(self.template.bos())
         self.prefix = None  # (tokens, cache) of the resident cache a full reset may reuse (B5′)
-        self.forced = None  # (mode, [recorded outputs]) for turns marked independent
+        self.forced = None  # ("oracle", [recorded outputs]): the bench's labelled comparison
         self.hits = 0
         self.ctx: list[int] = []  # the context tokens, to match against the prefix cache
         # K/V pages (see unsee.impl.pages): captured after every transition when kv_pages is on;
