@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import NoReturn, Optional
 
 import typer
 from rich.console import Console
@@ -115,7 +115,7 @@ def verify(engine: str = typer.Option("reference", help="reference | kv"),
         raise typer.Exit(1)
 
 
-def _fail(e: Exception, code: int = 2) -> None:
+def _fail(e: Exception, code: int = 2) -> NoReturn:
     console.print(f"[red]error:[/red] {e}", soft_wrap=True)
     raise typer.Exit(code)
 
