@@ -38,15 +38,15 @@ def prove(max_steps: int = typer.Option(16, help="Bounded obligations check ever
 
     if max_steps < 1:
         raise typer.BadParameter("--max-steps must be at least 1")
-    table = Table(title=f"Z3 obligations (T ≤ {max_steps})")
-    for col in ("obligation", "result", "seconds", "statement"):
+    table = Table(title=f"Z3 obligations (--max-steps {max_steps}; the bounds each one used)")
+    for col in ("obligation", "result", "seconds", "bounds", "statement"):
         table.add_column(col, overflow="fold")
     with _progress() as p:
         task = p.add_task("proving", total=len(OBLIGATIONS))
         doc = run_all(max_steps, on_result=lambda r: p.advance(task))
     for o in doc["obligations"]:
         color = "green" if o["result"] == "proved" else "red"
-        table.add_row(o["name"], f"[{color}]{o['result']}[/{color}]", f"{o['seconds']:.3f}", o["statement"])
+        table.add_row(o["name"], f"[{color}]{o['result']}[/{color}]", f"{o['seconds']:.3f}", o["bounds"], o["statement"])
     out.print(table)
     _write_json(doc, json_path)
     if not doc["all_proved"]:

@@ -28,6 +28,7 @@ class Result:
     seconds: float
     model: str | None = None  # the counterexample, or the witness of an existence claim
     detail: str = ""
+    bounds: str = ""  # the bounds the check actually used ("unbounded" for the step proofs)
 
     @property
     def ok(self) -> bool:
@@ -35,7 +36,7 @@ class Result:
 
     def to_json(self) -> dict:
         d = {"name": self.name, "statement": self.statement, "result": self.result,
-             "seconds": round(self.seconds, 4)}
+             "seconds": round(self.seconds, 4), "bounds": self.bounds}
         if self.model:
             d["model"] = self.model
         if self.detail:

@@ -11,6 +11,7 @@ concrete engine satisfies A1–A3: that evidence comes from the property tests.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import networkx as nx
 import z3
@@ -144,7 +145,7 @@ def lemma2_boundary_bounded(max_steps: int) -> Result:
     is reachable from z iff its turn is ≥ τ."""
     t0 = time.perf_counter()
     parts = []
-    n_max = min(max_steps, 8)
+    n_max = max_steps
     for n in range(1, n_max + 1):
         for tau in range(1, n + 1):
             fields = [(s, None) for s in range(1, n + 1)]
@@ -210,7 +211,7 @@ def corollary1_cheaper_shapes_not_exact(max_steps: int) -> Result:
     the rest, or starting at any stored R_j and applying fewer than T−τ+1 invocations."""
     t0 = time.perf_counter()
     parts = []
-    n_max = min(max_steps, 10)
+    n_max = max_steps
     for T, tau in pairs(n_max):
         o, oz, real, twin = worlds(T, tau)
         misses = []
@@ -297,10 +298,27 @@ def false_one_step_short_is_exact(max_steps: int) -> Result:
 REFUTED = (false_crop_at_tau_is_exact, false_one_step_short_is_exact)
 
 
+# The bounds each obligation actually checks at a given max_steps (reported, never implied).
+BOUNDS = {
+    "theorem1_base": lambda n: "unbounded (one step)",
+    "theorem1_step": lambda n: "unbounded (t an arbitrary index)",
+    "theorem1_bounded": lambda n: f"every T ≤ {n}, every τ ≤ T",
+    "lemma1_bounded": lambda n: f"every T ≤ {n}, every τ ≤ T",
+    "lemma1_inductive": lambda n: "unbounded (t an arbitrary index)",
+    "lemma2_closure_step": lambda n: "unbounded (any two edge relations)",
+    "lemma2_boundary_bounded": lambda n: f"every graph of ≤ {n} turns, every τ",
+    "lemma2_taint_queries": lambda n: "one recorded session (6 observations); max_steps not used",
+    "corollary1_cheaper_shapes_not_exact": lambda n: f"every T ≤ {n}, every τ ≤ T",
+    "corollary1_splice_is_exact": lambda n: f"every T ≤ {n}, every τ ≤ T",
+    "a1_needed": lambda n: "a witness; max_steps not used",
+    "a2_needed": lambda n: "a witness at T=3, τ=2; max_steps not used",
+}
+
+
 def run_all(max_steps: int = 16, on_result=None) -> dict:
     results = []
     for ob in OBLIGATIONS:
-        r = ob(max_steps)
+        r = replace(ob(max_steps), bounds=BOUNDS[ob.__name__](max_steps))
         results.append(r)
         if on_result is not None:
             on_result(r)

@@ -41,3 +41,16 @@ def test_run_all_reports_every_obligation():
     assert doc["all_proved"] is True
     assert [o["name"] for o in doc["obligations"]] == [o.__name__ for o in OBLIGATIONS]
     assert all(set(o) >= {"name", "statement", "result", "seconds"} for o in doc["obligations"])
+
+
+def test_every_obligation_reports_the_bounds_it_used_and_honours_max_steps():
+    from unsee.proofs.obligations import OBLIGATIONS, run_all
+
+    doc = run_all(5)
+    assert [o["name"] for o in doc["obligations"]] == [ob.__name__ for ob in OBLIGATIONS]
+    for o in doc["obligations"]:
+        assert o["bounds"], o["name"]
+        bounded = "unbounded" not in o["bounds"] and "not used" not in o["bounds"]
+        assert ("≤ 5" in o["bounds"]) == bounded, o  # no silent cap below --max-steps
+        if bounded:
+            assert "≤ 5" in o["statement"], o  # the statement quotes the bound it checked
