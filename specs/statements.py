@@ -125,13 +125,20 @@ def lemma1_prefix_sharing(ob: Observed) -> None:
 
 
 def lemma2_taint_monotonicity(ob: Observed) -> None:
-    """Lemma 2 (i) monotonicity: I_t(z) ⊆ I_{t+1}(z) for all t."""
+    """Lemma 2 (i) taint monotonicity: "Execution only appends nodes and edges:
+    A_t ⊆ A_{t+1}, E_t ⊆ E_{t+1}, and reachability is monotone in the edge set", so
+    I_t(z) ⊆ I_{t+1}(z) for all t."""
+    prev_nodes: set = set()
+    prev_edges: set = set()
     prev: set = set()
     for t, g in enumerate(ob.graphs):
+        nodes, edges = set(g.nodes), set(g.edges)
+        require(prev_nodes <= nodes, f"Lemma 2(i): A_{t - 1} ⊄ A_{t}; lost {sorted(prev_nodes - nodes)[:5]}")
+        require(prev_edges <= edges, f"Lemma 2(i): E_{t - 1} ⊄ E_{t}; lost {sorted(prev_edges - edges)[:5]}")
         cur = _closure(g, ob.sources)
         lost = prev - cur
         require(not lost, f"Lemma 2(i): I_{t - 1}(z) ⊄ I_{t}(z); lost {sorted(lost)[:5]}")
-        prev = cur
+        prev_nodes, prev_edges, prev = nodes, edges, cur
 
 
 def lemma2_certifiable_boundary(ob: Observed) -> None:
