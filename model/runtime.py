@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from unsee.model.session import (
-    Receipt, Session, append, full_reset, new_session, provenance_graph, selective_replay,
+    Receipt, Session, UnseeError, append, full_reset, new_session, provenance_graph, selective_replay,
 )
 from dataclasses import replace
 
@@ -25,6 +25,7 @@ class ReferenceRuntime:
     def reset(self) -> None:
         self.session = new_session(self.config, self.policy, self.model)
         self._meter = Meter()
+        self._last_checkpoint: int | None = None  # the splice point of the last forget
 
     @property
     def session(self) -> Session:
@@ -46,10 +47,22 @@ class ReferenceRuntime:
         else:
             raise ValueError(f"method {method!r} is not B7, B5 or B5'")
         self._meter.transitions += receipt.transitions
+        self._last_checkpoint = receipt.checkpoint
         return receipt
 
     def digest(self) -> dict[str, str]:
         return layer_digests(self.session.state, self.model)
+
+    def trajectory(self) -> list[dict[str, str]]:
+        """Digests of R̃_c..R̃_T after the last forget (c its checkpoint), the cache layer only
+        for R̃_T, whose cache alone is resident (see specs.protocol)."""
+        c = self._last_checkpoint
+        if c is None:
+            raise UnseeError("no forget has run on this session yet: there is no spliced trajectory")
+        s = self.session
+        out = [{k: v for k, v in layer_digests(replace(r, kv=()), REFERENCE).items() if k != "kv"}
+               for r in s.states[c:-1]]
+        return out + [self.digest()]
 
     def graph(self):
         return provenance_graph(self.session.state)

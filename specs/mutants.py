@@ -39,6 +39,7 @@ class _Mutant(ReferenceRuntime):
     def forget(self, sources, method="B7", checkpoint=None):
         self.session, receipt = type(self).operator(self.session, list(sources))
         self._meter.transitions += receipt.transitions
+        self._last_checkpoint = receipt.checkpoint
         return receipt
 
 

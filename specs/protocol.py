@@ -24,6 +24,11 @@ A runtime is a mutable object holding one session. The specs only ever:
 The receipt must carry `tau`, `T`, `checkpoint` (the boundary spliced at), `transitions`
 (invocations of F by this forget), `compensation` (side effects the counterfactual run
 would not make; see A3) and `replayed` (the sanitized observations fed to F, in order).
+
+Optional: `trajectory()` returns, after a forget, the digests of every state the splice
+went through, R̃_c..R̃_T (c the checkpoint), so that Theorem 1 is checked at every
+t ≥ τ−1, not only at T. The cache ("kv") may be left out of all but the last: only R̃_T's
+cache is resident. A runtime without it is checked at T only.
 """
 
 from __future__ import annotations

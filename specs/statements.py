@@ -53,6 +53,7 @@ class Observed:
     world_after: tuple = ()
     receipt: Any = None
     after: dict = field(default_factory=dict)  # digest after the forget
+    trajectory: list[dict] | None = None  # digests of R̃_c..R̃_T, when the runtime offers them
     invocations_delta: int = 0
     checkpoints: tuple[int, ...] = ()
     forced: int | None = None  # a splice point the caller imposed (B5 is forced to 0)
@@ -100,6 +101,8 @@ def observe(factory: RuntimeFactory, stream, sources, method: str = "B7",
     ob.receipt = rt.forget(list(sources), method=method, checkpoint=checkpoint)
     ob.invocations_delta = rt.invocations - before
     ob.after = dict(rt.digest())
+    if callable(getattr(rt, "trajectory", None)):
+        ob.trajectory = [dict(d) for d in rt.trajectory()]
     ob.world_after = tuple(rt.world)
     twin = (twin_factory or factory)()
     drive(twin, counterfactual_stream(stream, sources), ob.twin)
@@ -167,6 +170,15 @@ def theorem1_splicing_equivalence(ob: Observed) -> None:
     d = diff_layers(ob.after, ob.twin[-1])
     require(not d, f"Theorem 1: after forgetting {list(ob.sources)} (τ={ob.tau}, T={ob.T}, "
                    f"checkpoint {ob.receipt.checkpoint}) the state differs from R^-z_T in layers {d}")
+    if ob.trajectory is None:
+        return
+    c = ob.receipt.checkpoint
+    require(len(ob.trajectory) == ob.T - c + 1,
+            f"Theorem 1: the runtime reports {len(ob.trajectory)} states for R̃_{c}..R̃_{ob.T}")
+    for t, got in enumerate(ob.trajectory, c):
+        # Verify R̃_t = R^{-z}_t on every layer the runtime reported for it
+        d = [k for k in got if got[k] != ob.twin[t].get(k)]
+        require(not d, f"Theorem 1: R̃_{t} ≠ R^-z_{t} (τ={ob.tau}, checkpoint {c}) in layers {sorted(d)}")
 
 
 def corollary1_optimal_invocations(ob: Observed) -> None:

@@ -121,3 +121,13 @@ def test_a_graph_that_loses_an_edge_breaks_lemma2_i_even_when_the_closure_does_n
     assert S._closure(g, ob.sources) >= S._closure(ob.graphs[2], ob.sources)  # I(z) did not shrink
     with pytest.raises(S.SpecViolation, match="E_2 ⊄ E_3"):
         S.lemma2_taint_monotonicity(ob)
+
+
+def test_theorem1_is_checked_at_every_t_from_the_splice_point():
+    ob = S.observe(factory(), SESSION, ["z"])
+    assert ob.trajectory is not None and len(ob.trajectory) == ob.T - ob.receipt.checkpoint + 1
+    S.theorem1_splicing_equivalence(ob)
+    t = ob.receipt.checkpoint + 2  # an intermediate state of the replay, not R̃_T
+    ob.trajectory[2] = {**ob.trajectory[2], "memory": "0" * 16}
+    with pytest.raises(S.SpecViolation, match=f"R̃_{t} ≠ R\\^-z_{t}"):
+        S.theorem1_splicing_equivalence(ob)
