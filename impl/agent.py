@@ -65,24 +65,23 @@ def kv_tiny_llama(cfg: dict) -> KVRuntime:
                      cfg.get("policy", "every"))
 
 
-def make_runtime(model: str, config: Config = Config(), policy: str = "every", **kw) -> ReferenceRuntime:
-    """`reference` gives the pure-Python model (fast, for tests); anything else a KVRuntime."""
+def make_runtime(model: str, config: Config = Config(), policy: str = "every", kv_pages: bool = True,
+                 dtype: str = "float32", **kw) -> ReferenceRuntime:
+    """`reference` gives the pure-Python model (fast, for tests; it has no K/V pages and no dtype,
+    so those options do not apply to it); anything else a KVRuntime."""
     if model == "reference":
         return ReferenceRuntime(config, policy)
-    return KVRuntime(model, config, policy, **kw)
+    return KVRuntime(model, config, policy, dtype=dtype, kv_pages=kv_pages, **kw)
 
 
 def open_runtime(store, **kw) -> ReferenceRuntime:
     """A runtime holding the stored session; no cache is resident until a forget restores one,
     from the store's K/V pages where it keeps them."""
-    from unsee.impl.store import with_live_cache
-
-    from unsee.impl.store import StoreError
+    from unsee.impl.store import StoreError, with_live_cache
 
     model = store.meta("model")
     pages = store.meta("kv_pages")
-    if model != "reference":
-        kw = {"kv_pages": pages is not None, "dtype": store.meta("dtype", "float32"), **kw}
+    kw = {"kv_pages": pages is not None, "dtype": store.meta("dtype", "float32"), **kw}
     rt = make_runtime(model, Config(), store.meta("policy"), **kw)
     if pages is not None:
         if json.loads(pages) != rt.model.page_layout():
@@ -112,8 +111,7 @@ def check_store(store, on_step=None) -> dict:
     stored = open_runtime(store)
     s = stored.session
     model = store.meta("model")
-    kw = {} if model == "reference" else {"dtype": store.meta("dtype", "float32"), "kv_pages": False}
-    fresh = make_runtime(model, s.config, s.policy, **kw)
+    fresh = make_runtime(model, s.config, s.policy, kv_pages=False, dtype=store.meta("dtype", "float32"))
     for obs in s.observations:
         fresh.step(obs)
         if on_step:
@@ -148,8 +146,6 @@ def forget_stored(store, sources, method: str = "B7", rt=None, head: str | None 
     `rt`: a runtime already holding the stored session whose log ends at chain head `head`
     (an agent that stays up); if the store moved on since, or none is given, one is opened."""
     import time
-
-    from unsee.model.session import UnseeError
 
     for src in sources:  # checked before anything is written
         if store.is_forgotten(src):
@@ -199,7 +195,7 @@ class Agent:
         if store.has_session():
             store.close()
             raise StoreError(f"{path} already holds a session; open it with Agent.open")
-        rt = make_runtime(model, config, policy, **({} if model == "reference" else {"kv_pages": kv_pages}), **kw)
+        rt = make_runtime(model, config, policy, kv_pages=kv_pages, **kw)
         store.save(rt.session, model, dict(rt.digest()))
         return cls(store, rt)
 

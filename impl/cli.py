@@ -141,8 +141,7 @@ def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observa
             raise UnseeError(f"{db} already holds a session; forget from it or pick a new --db path")
         if kv_pages not in ("keep", "none"):
             raise UnseeError(f"--kv-pages must be keep or none, got {kv_pages!r}")
-        kw = {} if model == "reference" else {"kv_pages": kv_pages == "keep"}
-        rt = make_runtime(model, Config(sampling=seed is not None, seed=seed), policy, **kw)
+        rt = make_runtime(model, Config(sampling=seed is not None, seed=seed), policy, kv_pages=kv_pages == "keep")
     except (UnseeError, ValueError) as e:
         _fail(e)
     with _progress() as p:

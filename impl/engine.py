@@ -131,7 +131,7 @@ class KVEngine:
         if draft is None or len(draft) != n or not exact_rows:
             draft = self.decode(n, draws)
             decoded += n
-            self._truncate(start)
+            self.crop(start, fresh_storage=False)
         draft = [int(t) for t in draft]
         if not exact_rows:
             self.prefill_logits(draft)
@@ -144,11 +144,11 @@ class KVEngine:
                                                           None if draws is None else draws[i]) != draft[i]), None)
             if k is None:
                 return tuple(draft), decoded, passes
-            self._truncate(start + k)  # rows before k never read x_k or later: they stay as they are
+            self.crop(start + k, fresh_storage=False)  # rows before k never read x_k or later: they stay as they are
             self.logits = head if k == 0 else block[k - 1]
             draft = draft[:k] + list(self.decode(n - k, None if draws is None else draws[k:]))
             decoded += n - k
-            self._truncate(start)
+            self.crop(start, fresh_storage=False)
         raise ExactnessError(f"no fixed point after {n + 1} prefills of a {n}-token reply: this backend "
                              "breaks row independence (see row_independence)")
 
@@ -185,8 +185,13 @@ class KVEngine:
                 layer.values = torch.cat([layer.values, block[i, 1].unsqueeze(0)], dim=-2)
         self.logits = None
 
-    def crop(self, length: int) -> None:
-        """Keep the first `length` positions; overwrite and release the dropped K/V bytes."""
+    def crop(self, length: int, fresh_storage: bool = True) -> None:
+        """Keep the first `length` positions; overwrite the dropped K/V bytes with zeros.
+
+        fresh_storage: copy the kept rows out, so no dropped byte sits behind them (a restore);
+        False keeps them a view of the same storage, for the passes of one reply's fixed point,
+        which would otherwise copy the whole cache each time (the next update concatenates into
+        fresh storage anyway)."""
         n = len(self)
         if length > n:
             raise UnseeError(f"cannot crop a cache of {n} positions to {length}")
@@ -198,21 +203,10 @@ class KVEngine:
             with torch.inference_mode():
                 layer.keys[..., length:, :].zero_()
                 layer.values[..., length:, :].zero_()
-                layer.keys = layer.keys[..., :length, :].clone()  # fresh storage: no dropped bytes behind it
-                layer.values = layer.values[..., :length, :].clone()
-        self.logits = None
-
-    def _truncate(self, length: int) -> None:
-        """Drop the rows from `length` on inside one reply's fixed point: zeroed in place, the
-        kept rows a view of the same storage (no copy of the whole cache per pass) until the
-        next update concatenates them into fresh storage."""
-        with torch.inference_mode():
-            for layer in self.cache.layers:
-                if getattr(layer, "is_initialized", False) and layer.keys is not None and layer.keys.numel():
-                    layer.keys[..., length:, :].zero_()
-                    layer.values[..., length:, :].zero_()
-                    layer.keys = layer.keys[..., :length, :]
-                    layer.values = layer.values[..., :length, :]
+                layer.keys = layer.keys[..., :length, :]
+                layer.values = layer.values[..., :length, :]
+                if fresh_storage:
+                    layer.keys, layer.values = layer.keys.clone(), layer.values.clone()
         self.logits = None
 
     def select(self, positions) -> None:

