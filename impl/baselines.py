@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from unsee.model.session import provenance_graph, taint_closure, locate_source
 from unsee.model.state import Block, Observation, Part
-from unsee.specs.mutants import sanitize_without_replay, source_redaction, span_excision
+from unsee.model.edits import sanitize_without_replay, source_redaction, span_excision
 
 METHODS = ("B0", "B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B9", "span")
 IFC = ("B8", "B9")  # a sink policy gates tool arguments derived from the target
@@ -33,7 +33,7 @@ def memory_delete(rt, sources) -> None:
 
 
 def _operator(rt, op, sources) -> None:
-    """Run one of the specs' non-replaying operators (B3, B4, span) on this runtime's session."""
+    """Run one of the non-replaying operators of `unsee.model.edits` (B3, B4, span) on this runtime's session."""
     rt.session, _ = op(rt.session, list(sources))
 
 

@@ -313,9 +313,7 @@ class TorchLM:
         self.engine = KVEngine(bundle.model, device or bundle.device, threads)
         self.epoch = 0
         self.bos = tuple(self.template.bos())
-        self.prefix = None  # (tokens, cache) of the resident cache a full reset may reuse (B5′)
-        self.forced = None  # ("oracle", [recorded outputs]): the bench's labelled comparison
-        self.hits = 0
+        self.hits = 0  # prefill rows taken from a prefix cache (B5′)
         self.ctx: list[int] = []  # the context tokens, to match against the prefix cache
         # K/V pages (see unsee.impl.pages): captured after every transition when kv_pages is on;
         # `page_source(key)` reads a page persisted by an earlier process (a store), or None.
@@ -329,12 +327,10 @@ class TorchLM:
         self.drafts_ok, self.drafts_note = row_independence(self.engine)
 
     # -- fast paths: opt-in, each reports what it guarantees where it is used -------------
-    def set_prefix_cache(self, kv: KVRef, tokens) -> None:
+    def prefix_cache(self, kv: KVRef, tokens):
+        """B5′: a copy of the resident cache of `tokens`, for `prefill(reuse=...)`."""
         self._live(kv)
-        self.prefix = (tuple(tokens), copy.deepcopy(self.engine.cache))
-
-    def force(self, outputs, mode: str | None = None) -> None:
-        self.forced = None if outputs is None else (mode, list(outputs))
+        return (tuple(tokens), copy.deepcopy(self.engine.cache))
 
     def branch(self) -> "TorchLM":
         """The same θ with a cloned cache: a paired branch of the current state."""
@@ -370,31 +366,30 @@ class TorchLM:
         self.chain = []
         return self._ref()
 
-    def prefill(self, kv: KVRef, tokens, logits: bool = False) -> KVRef:
+    def prefill(self, kv: KVRef, tokens, logits: bool = False, reuse=None) -> KVRef:
         self._live(kv)
         tokens = list(tokens)
         n, b = len(self.ctx), len(self.bos)
-        if (self.prefix and not logits and tokens and list(self.prefix[0][:n]) == self.ctx
-                and list(self.prefix[0][n:n + len(tokens)]) == tokens):
+        if (reuse and not logits and tokens and list(reuse[0][:n]) == self.ctx
+                and list(reuse[0][n:n + len(tokens)]) == tokens):
             # a whole block inside the resident prefix: reuse its rows (same schedule, same bits)
-            self.engine.append_rows(self.prefix[1], b + n, b + n + len(tokens))
+            self.engine.append_rows(reuse[1], b + n, b + n + len(tokens))
             self.hits += len(tokens)
         else:
             self.engine.prefill(tokens)
         self.ctx += tokens
         return self._ref()
 
-    def decode(self, kv: KVRef, n: int, draws, hint=None):
+    def decode(self, kv: KVRef, n: int, draws, hint=None, trust: bool = False):
         """F's reply (KVEngine.fixed_point), from the recorded `hint` as the draft when the
-        backend keeps rows independent. Returns (reply, ref, tokens decoded one per forward)."""
+        backend keeps rows independent. Returns (reply, ref, tokens decoded one per forward).
+        `trust` prefills the hint unchecked: the bench's labelled oracle comparison, not exact."""
         self._live(kv)
-        if self.forced and self.forced[1]:
-            mode, queue = self.forced
-            rec = tuple(int(t) for t in queue.pop(0))
-            if len(rec) == n and mode == "oracle":  # the bench's labelled comparison: unchecked
-                self.engine.prefill(rec)
-                self.ctx += list(rec)
-                return rec, self._ref(), 0
+        if trust and hint is not None and len(hint) == n:
+            rec = tuple(int(t) for t in hint)
+            self.engine.prefill(rec)
+            self.ctx += list(rec)
+            return rec, self._ref(), 0
         if n == 0:
             return (), self._ref(), 0
         out, decoded, passes = self.engine.fixed_point(n, draws, hint, exact_rows=self.drafts_ok)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import zlib
+from typing import Any, Protocol
 
 VOCAB = 4096
 _MOD = (1 << 61) - 1  # a Mersenne prime: the rolling hash never collapses to a short cycle
@@ -74,27 +75,46 @@ def decode(kv: tuple[int, ...], n: int, draw_list: list[int | None] | None) -> t
     return tuple(out), kv
 
 
+class LM(Protocol):
+    """θ behind the transition F: what `unsee.model.state.step` asks of a language model.
+
+    `kv` is the model's cache handle (a value here, a reference to a resident cache in
+    `unsee.impl.engine.TorchLM`). The fast paths are arguments, never settings: `reuse` (a
+    prefix cache from `prefix_cache`, B5′) and `trust` (prefill a recorded reply unchecked:
+    the bench's labelled oracle comparison, not exact) apply to the one call that passes them."""
+
+    name: str
+
+    def encode(self, kind: str, text: str) -> tuple[int, ...]: ...
+    def header(self, purpose: str) -> tuple[int, ...]: ...
+    def empty(self) -> Any: ...
+    def prefill(self, kv: Any, tokens, logits: bool = False, reuse: Any = None) -> Any: ...
+    def decode(self, kv: Any, n: int, draw_list, hint=None, trust: bool = False
+               ) -> tuple[tuple[int, ...], Any, int]: ...
+    def crop(self, kv: Any, n: int) -> Any: ...
+    def resident(self, kv: Any) -> bool: ...
+    def rebuild(self, tokens, blocks) -> tuple[Any, int]: ...
+    def prefix_cache(self, kv: Any, tokens) -> Any: ...
+    def snapshot(self, kv: Any) -> Any: ...
+    def graft(self, kv: Any, old: Any) -> Any: ...
+    def after_step(self, state) -> None: ...
+    def select(self, kv: Any, positions) -> Any: ...
+    def kv_digest(self, kv: Any) -> str: ...
+
+
 class ReferenceLM:
-    """The reference model behind the LM interface that `step` uses.
+    """The reference model behind the `LM` interface that `step` uses.
 
     The same interface is implemented over a transformers model by `unsee.impl.engine.TorchLM`;
     the scaffold (agent semantics and provenance) is shared, the model is what differs.
-    kv here is the tuple of prefix hashes, an immutable value.
+    kv here is the tuple of prefix hashes, an immutable value, and the model holds no state.
     """
 
     name = "reference"
 
-    def __init__(self) -> None:
-        self.prefix = None  # (tokens, kv) of a resident cache a full reset may reuse (B5′)
-        self.forced = None  # ("oracle", [recorded outputs]): the bench's labelled comparison
-        self.hits = 0
-
-    # -- fast paths: each reports what it guarantees where it is used --------------------
-    def set_prefix_cache(self, kv, tokens) -> None:
-        self.prefix = (tuple(tokens), kv)
-
-    def force(self, outputs, mode: str | None = None) -> None:
-        self.forced = None if outputs is None else (mode, list(outputs))
+    def prefix_cache(self, kv, tokens):
+        """B5′: the resident cache `kv` of `tokens`, for `prefill(reuse=...)`."""
+        return (tuple(tokens), kv)
 
     def encode(self, kind: str, text: str) -> tuple[int, ...]:
         return tokenize(text)
@@ -105,27 +125,26 @@ class ReferenceLM:
     def empty(self) -> tuple[int, ...]:
         return ()
 
-    def prefill(self, kv, tokens, logits: bool = False):
+    def prefill(self, kv, tokens, logits: bool = False, reuse=None):
+        """`reuse`: a prefix cache (`prefix_cache`); a block whose tokens continue its
+        byte-identical prefix takes its entries instead of computing them."""
         n, tokens = len(kv), tuple(tokens)
-        if self.prefix and not logits and tokens and self.prefix[0][:n + len(tokens)] == self.prefix[0][:n] + tokens \
-                and self.prefix[1][:n] == kv:
-            self.hits += len(tokens)
-            return self.prefix[1][:n + len(tokens)]
+        if reuse and not logits and tokens and reuse[0][:n + len(tokens)] == reuse[0][:n] + tokens \
+                and reuse[1][:n] == kv:
+            return reuse[1][:n + len(tokens)]
         return extend(kv, tokens)
 
-    def decode(self, kv, n: int, draw_list, hint=None):
+    def decode(self, kv, n: int, draw_list, hint=None, trust: bool = False):
         """F's reply: n tokens, each the choice after the context and the tokens before it.
         Returns (tokens, kv, tokens decoded one forward at a time).
 
         `hint` (a recorded reply) is a draft: every token of it is checked against the choice
         the context makes, and only from the first disagreement on is the rest decoded. The
         answer does not depend on the hint (the reply is the unique fixed point), only its cost.
-        Here a prefill and a decode give the same bits, so the check is exact token by token."""
-        if self.forced and self.forced[1]:
-            mode, queue = self.forced
-            rec = tuple(queue.pop(0))
-            if len(rec) == n and mode == "oracle":  # a labelled comparison: trusts the marking
-                return rec, extend(kv, rec), 0
+        Here a prefill and a decode give the same bits, so the check is exact token by token.
+        `trust` takes the hint unchecked (the bench's labelled oracle comparison, not exact)."""
+        if trust and hint is not None and len(hint) == n:
+            return tuple(hint), extend(kv, tuple(hint)), 0
         if n == 0:
             return (), kv, 0
         k = 0
@@ -170,4 +189,4 @@ class ReferenceLM:
         return hashlib.sha256(repr(kv).encode()).hexdigest()[:16]
 
 
-REFERENCE = ReferenceLM()  # stateless unless a fast path is switched on for one operator
+REFERENCE = ReferenceLM()  # stateless: every fast path is an argument of the call that uses it

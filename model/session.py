@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import networkx as nx
 
@@ -86,7 +85,7 @@ class Session:
     snapshots: tuple[tuple[str, tuple], ...] = ()  # env snapshot id → env items
     world: tuple[LedgerEntry, ...] = ()  # side effects that fired in the real world
     forgotten: frozenset[str] = frozenset()
-    lm: Any = field(default=lm.REFERENCE, compare=False, repr=False)  # θ: the model F runs
+    lm: lm.LM = field(default=lm.REFERENCE, compare=False, repr=False)  # θ: the model F runs
 
     @property
     def T(self) -> int:
@@ -127,13 +126,14 @@ def wants_checkpoint(policy: str, state: State, obs: Observation) -> bool:
 
 
 def append(s: Session, obs: Observation, meter: Meter | None = None,
-           fire: bool = True, hints=None) -> tuple[Session, tuple[LedgerEntry, ...]]:
+           fire: bool = True, hints=None, reuse=None, trust: bool = False) -> tuple[Session, tuple[LedgerEntry, ...]]:
     """Run one transition on the live session; returns the new side effects it committed.
-    `hints`: recorded replies of this transition, used as drafts (see `step`)."""
+    `hints`: recorded replies of this transition, used as drafts; `reuse`, `trust`: the
+    fast paths (see `step`)."""
     r = s.state
     if s.checkpoints[-1].boundary != s.T and wants_checkpoint(s.policy, r, obs):
         s = _checkpoint(s, r, s.T)
-    r2 = step(r, obs, meter, s.lm, hints)
+    r2 = step(r, obs, meter, s.lm, hints, reuse, trust)
     s.lm.after_step(r2)
     effects = r2.ledger[len(r.ledger):]
     s = replace(s, observations=s.observations + (obs,), states=s.states + (r2,))
@@ -251,14 +251,15 @@ def replay_tools(world: tuple[LedgerEntry, ...], effects: tuple[LedgerEntry, ...
 
 
 def replay_suffix(s: Session, start: State, boundary: int, sources, meter: Meter, drafts: bool = False,
-                  independent=frozenset(), mode: str | None = None):
+                  independent=frozenset(), mode: str | None = None, reuse=None):
     """Lines 6–10 on the live session from R_boundary; returns the new session and the A3 report.
 
     drafts=True hands each transition the replies the recorded run produced as drafts: F checks
     each against the counterfactual context and keeps it only where it is F's own reply, so
     the result is exactly what decoding would give (see `step`). `independent` (transition
     indices) with mode "oracle" instead trusts a marking and prefills those turns' recorded
-    replies unchecked: a labelled comparison for the bench, not exact."""
+    replies unchecked: a labelled comparison for the bench, not exact. `reuse`: B5′'s prefix
+    cache (`LM.prefix_cache`)."""
     kept = tuple(c for c in s.checkpoints if c.boundary <= boundary)
     t = replace(s, observations=s.observations[:boundary], states=s.states[:boundary] + (start,),
                 checkpoints=kept)
@@ -268,12 +269,9 @@ def replay_suffix(s: Session, start: State, boundary: int, sources, meter: Meter
     for i, obs in enumerate(s.observations[boundary:], boundary + 1):
         o = sanitize(obs, sources)
         replayed.append(o)
-        if mode and i in independent:
-            s.lm.force(s.states[i].outputs, mode)
-        try:
-            t, effects = append(t, o, meter, fire=False, hints=s.states[i].outputs if drafts else None)  # line 9
-        finally:
-            s.lm.force(None)
+        trust = mode == "oracle" and i in independent
+        hints = s.states[i].outputs if drafts or trust else None
+        t, effects = append(t, o, meter, fire=False, hints=hints, reuse=reuse, trust=trust)  # line 9
         d, c = replay_tools(s.world, effects)
         dedup += d
         comp += c
@@ -350,10 +348,9 @@ def full_reset(s: Session, sources, prefix_cache: bool = False) -> tuple[Session
             kv, computed = s.lm.rebuild(s.state.tokens, s.state.blocks)
             meter.tokens_rematerialized += computed
             meter.tokens_restored += len(s.state.tokens) - computed
-        s.lm.set_prefix_cache(kv, s.state.tokens)
-    try:
-        start = replace(s.states[0], kv=s.lm.empty())  # a fresh R_init, nothing carried over
-        new, dedup, comp, replayed = replay_suffix(s, start, 0, sources, meter)
-    finally:
-        s.lm.prefix = None
+        reuse = s.lm.prefix_cache(kv, s.state.tokens)
+    else:
+        reuse = None
+    start = replace(s.states[0], kv=s.lm.empty())  # a fresh R_init, nothing carried over
+    new, dedup, comp, replayed = replay_suffix(s, start, 0, sources, meter, reuse=reuse)
     return new, make_receipt("B5'" if prefix_cache else "B5", sources, tau, s, new, 0, meter, t0, taint, dedup, comp, replayed)

@@ -191,9 +191,11 @@ def initial_state(config: Config = Config(), model=lm.REFERENCE) -> State:
 class _Turn:
     """Accumulates one transition's outputs; `freeze` returns the new State."""
 
-    def __init__(self, state: State, turn: int, model, hints=None) -> None:
+    def __init__(self, state: State, turn: int, model, hints=None, reuse=None, trust: bool = False) -> None:
         self.lm = model
         self.hints = list(hints or ())  # a recorded run's replies, in decode order: drafts only
+        self.reuse = reuse  # B5′'s prefix cache, or None
+        self.trust = trust  # take the hints unchecked (the bench's oracle comparison)
         self.s = state
         self.turn = turn
         self.tokens = list(state.tokens)
@@ -245,7 +247,7 @@ class _Turn:
         start = len(self.tokens)
         aid = self.artifact(type_, parents + self.last_block(), span=(start, start + len(tokens)))
         self.tokens.extend(tokens)
-        self.kv = self.lm.prefill(self.kv, tokens)
+        self.kv = self.lm.prefill(self.kv, tokens, reuse=self.reuse)
         self.blocks.append(Block(aid, kind, start, len(self.tokens), len(tokens)))
         self.prefilled += len(tokens)
         return aid
@@ -259,7 +261,7 @@ class _Turn:
         head = self.lm.header(type_)
         self.kv = self.lm.prefill(self.kv, head, logits=True)
         hint = self.hints.pop(0) if self.hints else None
-        out, self.kv, decoded = self.lm.decode(self.kv, n, draw, hint)
+        out, self.kv, decoded = self.lm.decode(self.kv, n, draw, hint, trust=self.trust)
         self.outputs.append(out)
         aid = self.artifact(type_, self.last_block(), span=(start, start + len(head) + n))
         self.tokens.extend(head + out)
@@ -300,13 +302,15 @@ class Meter:
     replies_skipped: int = 0  # of which a recorded draft was F's reply: one prefill, no decoding
 
 
-def step(state: State, obs: Observation, meter: Meter | None = None, model=lm.REFERENCE, hints=None) -> State:
+def step(state: State, obs: Observation, meter: Meter | None = None, model: lm.LM = lm.REFERENCE, hints=None,
+         reuse=None, trust: bool = False) -> State:
     """F(R_{t-1}, o_t; θ) → R_t (Eq. 1). `model` is θ: the reference LM unless a real one is given.
 
     `hints`: the replies a recorded run of this transition produced, as drafts. F's result does
     not depend on them (each reply is the unique fixed point of the model's choices); a draft
-    that is already that fixed point is accepted after one check instead of being decoded."""
-    b = _Turn(state, state.turn + 1, model, hints)
+    that is already that fixed point is accepted after one check instead of being decoded.
+    `reuse` and `trust` are the fast paths of `LM.prefill` and `LM.decode`, for this transition only."""
+    b = _Turn(state, state.turn + 1, model, hints, reuse, trust)
     fields = [b.field(obs.kind, part) for part in obs.visible]
     b.inputs = tuple(fields) + b.last_block()
     commit_pending(b, state.plan)

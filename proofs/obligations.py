@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from types import MappingProxyType
 
 import networkx as nx
 import z3
@@ -299,7 +300,7 @@ REFUTED = (false_crop_at_tau_is_exact, false_one_step_short_is_exact)
 
 
 # The bounds each obligation actually checks at a given max_steps (reported, never implied).
-BOUNDS = {
+BOUNDS = MappingProxyType({
     "theorem1_base": lambda n: "unbounded (one step)",
     "theorem1_step": lambda n: "unbounded (t an arbitrary index)",
     "theorem1_bounded": lambda n: f"every T ≤ {n}, every τ ≤ T",
@@ -312,7 +313,7 @@ BOUNDS = {
     "corollary1_splice_is_exact": lambda n: f"every T ≤ {n}, every τ ≤ T",
     "a1_needed": lambda n: "a witness; max_steps not used",
     "a2_needed": lambda n: "a witness at T=3, τ=2; max_steps not used",
-}
+})
 
 
 def run_all(max_steps: int = 16, on_result=None) -> dict:

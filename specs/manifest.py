@@ -4,7 +4,7 @@ tests/test_manifest.py fails if any name here stops existing, or if a spec funct
 obligation exists that no row mentions.
 """
 
-MANIFEST = [
+MANIFEST = (
     {
         "statement": "Lemma 1 (Prefix sharing)",
         "spec": "lemma1_prefix_sharing",
@@ -57,4 +57,4 @@ MANIFEST = [
         "proofs": [],
         "tests": ["tests/test_statements.py::test_changed_side_effect_is_listed_for_compensation"],
     },
-]
+)

@@ -79,3 +79,33 @@ def test_the_checker_sees_a_violation(tmp_path, monkeypatch):
     _, problems = graph()
     assert any("imports unsee.impl.engine" in p for p in problems)
     assert any("private name _secret" in p for p in problems)
+
+
+MUTABLE = (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)
+
+
+def mutable_globals(root: Path) -> list[str]:
+    """Module-level names bound to a mutable container, or to an instance that carries
+    attributes, in the spec layers (model, specs, proofs): state a call could leave behind."""
+    out = []
+    for folder in ("model", "specs", "proofs"):
+        for f in sorted((root / folder).rglob("*.py")):
+            for node in ast.parse(f.read_text()).body:
+                if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, MUTABLE):
+                    names = [t.id for t in getattr(node, "targets", [getattr(node, "target", None)]) if isinstance(t, ast.Name)]
+                    out += [f"{f.relative_to(root)}: {n}" for n in names]
+    return out
+
+
+def test_no_mutable_module_state_in_the_spec_layers():
+    assert not mutable_globals(ROOT)
+    from unsee.model.lm import REFERENCE
+
+    assert vars(REFERENCE) == {}, "the shared reference LM must hold no state"
+
+
+def test_the_mutable_state_check_can_fail(tmp_path):
+    for folder in ("model", "specs", "proofs"):
+        (tmp_path / folder).mkdir()
+    (tmp_path / "model" / "bad.py").write_text("CACHE = {}\nSEEN: list = []\nOK = (1, 2)\n")
+    assert mutable_globals(tmp_path) == ["model/bad.py: CACHE", "model/bad.py: SEEN"]
