@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from enum import Enum
 from pathlib import Path
 from typing import NoReturn, Optional
 
@@ -11,6 +12,39 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+class Engine(str, Enum):
+    reference = "reference"
+    kv = "kv"
+
+
+class Method(str, Enum):
+    """Forget methods a stored session offers (the audit compares all of B0–B9)."""
+    B7 = "B7"
+    B5 = "B5"
+    B5_prime = "B5'"
+
+
+class Policy(str, Enum):
+    every = "every"
+    events = "events"
+    start = "start"
+
+
+class KvPages(str, Enum):
+    keep = "keep"
+    none = "none"
+
+
+class Shape(str, Enum):
+    short = "short"
+    agent = "agent"
+
+
+def _many(values: Optional[list[str]], default: str) -> list[str]:
+    """A repeatable option; each value may also be comma-separated (the older spelling)."""
+    return [x.strip() for v in (values or [default]) for x in v.split(",") if x.strip()]
+
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Exact execution-state unlearning for stateful LLM agents, and the proofs that it is exact.")
@@ -65,7 +99,7 @@ def _reference_factory_for(cfg: dict):
 
 
 @app.command()
-def verify(engine: str = typer.Option("reference", help="reference | kv"),
+def verify(engine: Engine = typer.Option(Engine.reference, help="The runtime: the reference model or the KV engine."),
            model: str = typer.Option("tiny-llama", help="With --engine kv: a model name or path."),
            examples: int = typer.Option(100, help="Random sessions to generate."),
            seed: int = typer.Option(0, help="Hypothesis seed."),
@@ -76,16 +110,14 @@ def verify(engine: str = typer.Option("reference", help="reference | kv"),
 
     if examples < 1:
         raise typer.BadParameter("--examples must be at least 1")
-    if engine == "reference":
+    if engine is Engine.reference:
         factory_for = _reference_factory_for
         label = "reference"
-    elif engine == "kv":
-        from unsee.impl.agent import kv_factory_for
+    else:
+        from unsee.impl.engine.runtime import kv_factory_for
 
         factory_for = kv_factory_for(model)
         label = f"kv:{model}"
-    else:
-        raise typer.BadParameter(f"unknown engine {engine!r}; use 'reference' or 'kv'")
     with _progress() as p:
         task = p.add_task(f"verify {label}", total=examples)
 
@@ -126,22 +158,26 @@ def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observa
         model: str = typer.Option("tiny-llama", help="tiny-llama | tiny-qwen2 | tiny-mistral | smollm2 | reference | a path."),
         max_new_tokens: int = typer.Option(8, help="Reply length for user lines that do not say."),
         seed: Optional[int] = typer.Option(None, help="Sample with this seed (default: greedy decoding)."),
-        policy: str = typer.Option("every", help="Checkpoint policy: every | events | start."),
-        kv_pages: str = typer.Option("keep", help="keep: persist every block's K/V rows so that a forget "
+        policy: Policy = typer.Option(Policy.every, help="Checkpoint policy."),
+        kv_pages: KvPages = typer.Option(KvPages.keep, help="keep: persist every block's K/V rows so that a forget "
                                      "restores its checkpoint by reading them; none: re-materialize instead.")) -> None:
     """Run a session from an episode file and store it."""
-    from unsee.impl.agent import make_runtime
-    from unsee.impl.episode import parse_episode
-    from unsee.impl.store import Store
+    from unsee.impl.engine.runtime import make_runtime
+    from unsee.impl.store.episode import parse_episode
+    from unsee.impl.store.sqlite import Store
     from unsee.model import Config, UnseeError
 
     try:
         stream = parse_episode(episode, max_new_tokens)  # every line is checked before anything is written
-        if db.exists() and Store(db).has_session():
-            raise UnseeError(f"{db} already holds a session; forget from it or pick a new --db path")
-        if kv_pages not in ("keep", "none"):
-            raise UnseeError(f"--kv-pages must be keep or none, got {kv_pages!r}")
-        rt = make_runtime(model, Config(sampling=seed is not None, seed=seed), policy, kv_pages=kv_pages == "keep")
+        if db.exists():
+            existing = Store(db)
+            try:
+                if existing.has_session():
+                    raise UnseeError(f"{db} already holds a session; forget from it or pick a new --db path")
+            finally:
+                existing.close()
+        rt = make_runtime(model, Config(sampling=seed is not None, seed=seed), policy.value,
+                          kv_pages=kv_pages is KvPages.keep)
     except (UnseeError, ValueError) as e:
         _fail(e)
     with _progress() as p:
@@ -166,17 +202,16 @@ def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observa
 @app.command()
 def forget(db: Path = typer.Option(..., help="The session store."),
            source: list[str] = typer.Option(..., help="Source id to forget (repeatable)."),
-           method: str = typer.Option("B7", help="B7 (selective replay), B5 (full reset) or B5' (full reset "
-                                      "with the stored cache as a prefix cache)."),
+           method: Method = typer.Option(Method.B7, help="B7 (selective replay), B5 (full reset) or B5' (full "
+                                         "reset with the stored cache as a prefix cache)."),
            model: Optional[str] = typer.Option(None, help="Refuse unless the store was run on this model."),
            json_path: Optional[Path] = typer.Option(None, "--json", help="Write the receipt here.")) -> None:
     """Forget sources from a stored session and write the receipt (atomically)."""
-    from unsee.impl.agent import forget_stored
-    from unsee.impl.store import Store
+    from unsee.impl.store.session import forget_stored
+    from unsee.impl.store.sqlite import Store
     from unsee.model import UnseeError
 
-    if method not in ("B7", "B5", "B5'"):
-        _fail(ValueError(f"method must be B7, B5 or B5', got {method!r}"))
+    method = method.value
     store = None
     try:
         store = Store(db)
@@ -212,8 +247,8 @@ def forget(db: Path = typer.Option(..., help="The session store."),
 def check(db: Path = typer.Option(..., help="The session store."),
           json_path: Optional[Path] = typer.Option(None, "--json", help="Write the report here.")) -> None:
     """Re-derive the state by a full reset from the stored log and compare every layer."""
-    from unsee.impl.agent import check_store
-    from unsee.impl.store import Store
+    from unsee.impl.store.session import check_store
+    from unsee.impl.store.sqlite import Store
     from unsee.model import UnseeError
 
     store = None
@@ -244,7 +279,7 @@ def check(db: Path = typer.Option(..., help="The session store."),
 def demo(model: str = typer.Option("smollm2", help="Model to run the story on."),
          json_path: Optional[Path] = typer.Option(None, "--json", help="Write the outcome here.")) -> None:
     """A two-minute story: reveal an address, derive from it, revoke it, forget it exactly."""
-    from unsee.impl.demo import run_demo
+    from unsee.impl.experiments.demo import run_demo
 
     doc = run_demo(model, out)
     _write_json(doc, json_path)
@@ -252,55 +287,28 @@ def demo(model: str = typer.Option("smollm2", help="Model to run the story on.")
         raise typer.Exit(1)
 
 
-AUDIT_TABLES = (
-    ("Table 1: leakage after a task continuation", ("exact_leak", "action_leak", "any_leak", "cad", "utility")),
-    ("Table 2: elicitation and stochastic audits", ("leak_at_probes", "leak_at_5", "leak_at_5_independent")),
-    ("Table 3: behavioral extraction (avoid-rate of the revoked preference)", ("avoid_rate",)),
-    ("Table 4: string-free divergence from B5 on the probe prompts", ("divergence_kl", "divergence_tv")),
-)
-
-
 def _fmt(v) -> str:
-    return "—" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
+    from unsee.impl.experiments.reports import fmt
 
-
-def audit_markdown(doc: dict) -> str:
-    lines = [f"# unsee audit: {doc['suite']}, n={doc['n']}, model {doc['model']}", ""]
-    for title, cols in AUDIT_TABLES:
-        if all(doc["methods"][m].get(c) is None for m in doc["methods"] for c in cols):
-            continue
-        lines += [f"## {title}", "", "| method | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
-        for m, d in doc["methods"].items():
-            lines.append(f"| {m} | " + " | ".join(_fmt(d.get(c)) for c in cols) + " |")
-        lines.append("")
-    probes = list(next(iter(doc["methods"].values()))["probes"])
-    lines += ["## Leak per probe", "", "| method | " + " | ".join(probes) + " |", "|---" * (len(probes) + 1) + "|"]
-    for m, d in doc["methods"].items():
-        lines.append(f"| {m} | " + " | ".join(_fmt(d["probes"][p]) for p in probes) + " |")
-    lines += ["", f"Floor (B5) flagged probes: {doc['floor']['flagged_probes'] or 'none'}", "",
-              "## Paired tests against B5", "", "| method | McNemar any-leak p | Wilcoxon KL p | TOST (B7) |",
-              "|---|---|---|---|"]
-    for m, t in doc["tests"].items():
-        tost_s = "" if "tost_kl" not in t else (f"equivalent={t['tost_kl']['equivalent']} (margin "
-                                               f"{t['tost_kl']['margin']} nats, p={_fmt(t['tost_kl']['p'])})")
-        lines.append(f"| {m} | {_fmt(t['mcnemar_any_leak_p'])} | {_fmt(t['wilcoxon_kl_p'])} | {tost_s} |")
-    return "\n".join(lines) + "\n"
+    return fmt(v)
 
 
 @app.command()
 def audit(suite: str = typer.Option("memory", help="agentdojo | agentdojo:<suite> | memory | preference"),
           n: int = typer.Option(4, help="Episodes."),
-          methods: str = typer.Option("B0,B1,B2,B3,B4,B5,B6,B7,B8,B9,span", help="Comma-separated methods."),
+          methods: Optional[list[str]] = typer.Option(None, "--method", "--methods", help="A method to audit "
+                                                      "(repeatable; default all of B0–B9 and span)."),
           model: str = typer.Option("tiny-llama", help="Model name or path."),
           seed: int = typer.Option(0, help="Episode and sampling seed."),
           tokens: int = typer.Option(24, help="Tokens decoded per reply, probe and sample."),
           json_path: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
           markdown: Optional[Path] = typer.Option(None, help="Write the tables as Markdown here.")) -> None:
     """Apply B0–B9 to the same contaminated states and audit each against B5."""
-    from unsee.impl.audit import run_audit
-    from unsee.impl.baselines import METHODS
+    from unsee.impl.experiments.audit import run_audit
+    from unsee.impl.experiments.baselines import METHODS
+    from unsee.impl.experiments.reports import audit_floor_line, audit_markdown, audit_tabs, rich_table
 
-    chosen = [m.strip() for m in methods.split(",") if m.strip()]
+    chosen = _many(methods, ",".join(METHODS))
     bad = [m for m in chosen if m not in METHODS]
     if bad or n < 1:
         _fail(ValueError(f"unknown method(s) {bad}; choose from {', '.join(METHODS)}" if bad else "--n must be >= 1"))
@@ -311,18 +319,10 @@ def audit(suite: str = typer.Option("memory", help="agentdojo | agentdojo:<suite
                             on_episode=lambda i, name: p.update(task, completed=i, description=f"audit {name}"))
         except ValueError as e:
             _fail(e)
-    for title, cols in AUDIT_TABLES:
-        if all(doc["methods"][m].get(c) is None for m in doc["methods"] for c in cols):
-            continue
-        t = Table(title=title)
-        t.add_column("method")
-        for c in cols:
-            t.add_column(c, justify="right")
-        for m, d in doc["methods"].items():
-            t.add_row(m, *(_fmt(d.get(c)) for c in cols))
-        out.print(t)
-    out.print(f"floor (B5) flagged probes: {doc['floor']['flagged_probes'] or 'none'}; "
-              f"B7 identical to B5 in every cell: {doc['tests'].get('B7', {}).get('identical_to_B5')}")
+    for tab in audit_tabs(doc):
+        out.print(rich_table(tab))
+    out.print(f"{audit_floor_line(doc)}; B7 identical to B5 in every cell: "
+              f"{doc['tests'].get('B7', {}).get('identical_to_B5')}")
     _write_json(doc, json_path)
     if markdown is not None:
         markdown.write_text(audit_markdown(doc))
@@ -339,8 +339,8 @@ def convert_agentdojo(suite: Optional[str] = typer.Option(None, help="workspace 
     import itertools
     import time
 
-    from unsee.impl.agentdojo import convert, pairs
-    from unsee.impl.episode import write_episode
+    from unsee.impl.experiments.agentdojo import convert, pairs
+    from unsee.impl.store.episode import write_episode
     from unsee.model import UnseeError
 
     try:
@@ -385,7 +385,7 @@ def bench_store(T: list[int] = typer.Option([100, 200, 400, 800], "--T", help="S
                 repeats: int = typer.Option(2, help="Forgets per length, each in a new process (the fastest is kept)."),
                 json_path: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here.")) -> None:
     """Store bytes per turn and forget cost at a fixed suffix, as T grows (reference model)."""
-    from unsee.impl.bench_store import store_scaling
+    from unsee.impl.experiments.bench_store import store_scaling
 
     if suffix < 1 or any(t <= suffix for t in T) or repeats < 1:
         _fail(ValueError("every --T must exceed --suffix >= 1, and --repeats must be >= 1"))
@@ -406,11 +406,12 @@ def bench_store(T: list[int] = typer.Option([100, 200, 400, 800], "--T", help="S
 @bench_app.command("cost-law")
 def bench_cost_law(model: str = typer.Option("tiny-llama", help="Model name or path."),
                    T: Optional[int] = typer.Option(None, "--T", help="Session length (default 16; 50 with --shape agent)."),
-                   indep: str = typer.Option("0,0.25,0.5,0.75,1", help="Fractions of independent post-τ turns."),
+                   indep: Optional[list[str]] = typer.Option(None, help="A fraction of independent post-τ turns "
+                                                             "(repeatable; default 0, 0.25, 0.5, 0.75, 1)."),
                    reply: int = typer.Option(8, help="Tokens decoded per turn."),
                    repeats: int = typer.Option(3, help="Repeats per point (median time)."),
                    max_graph: int = typer.Option(1_000_000, help="Largest synthetic graph for the closure query."),
-                   shape: str = typer.Option("short", help="short: one-line turns, every τ. agent: a function-calling "
+                   shape: Shape = typer.Option(Shape.short, help="short: one-line turns, every τ. agent: a function-calling "
                                              "session (tool schemas, requests, tool results), the target a tool result "
                                              "12 turns before the end, a few τ."),
                    cross_process: bool = typer.Option(False, "--cross-process", help="With --shape agent: store the "
@@ -420,14 +421,13 @@ def bench_cost_law(model: str = typer.Option("tiny-llama", help="Model name or p
                    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
                    plot_path: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG of the sweeps here.")) -> None:
     """Sweep τ and indep; B5, B5′ and B7 on the same sessions; fit B7's cost to T−τ+1."""
-    from unsee.impl.bench import AGENT_SUFFIX, AGENT_T, cost_law, plot, sweep_taus
+    from unsee.impl.experiments.bench import AGENT_SUFFIX, AGENT_T, cost_law, plot, sweep_taus
 
     try:
-        fractions = [float(x) for x in indep.split(",") if x.strip()]
+        fractions = [float(x) for x in _many(indep, "0,0.25,0.5,0.75,1")]
     except ValueError:
         _fail(ValueError(f"--indep must be comma-separated fractions, got {indep!r}"))
-    if shape not in ("short", "agent"):
-        _fail(ValueError(f"--shape must be short or agent, got {shape!r}"))
+    shape = shape.value
     if cross_process and shape != "agent":
         _fail(ValueError("--cross-process measures the agent shape: add --shape agent"))
     T = T if T is not None else (AGENT_T if shape == "agent" else 16)

@@ -2,7 +2,7 @@
 
 Each takes the drawn config {"policy", "sampling", "seed"} and returns a fresh runtime:
 `reference` (the pure-Python model), and one per mutant, which the kit must reject. The
-real engine on a tiny model is `unsee.impl.agent:kv_tiny_llama`.
+real engine on a tiny model is `unsee.impl.engine.runtime:kv_tiny_llama`.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ def reference(cfg: dict):
 
 
 # The real engine lives in unsee.impl, which specs do not import: the kit resolves this name
-# to unsee.impl.agent:kv_tiny_llama (the old spelling keeps working).
-kv_tiny_llama = "unsee.impl.agent:kv_tiny_llama"
+# to unsee.impl.engine.runtime:kv_tiny_llama (the old spelling keeps working).
+kv_tiny_llama = "unsee.impl.engine.runtime:kv_tiny_llama"
 
 
 def _mutant(cls):
@@ -39,5 +39,10 @@ source_redaction = _mutant(M.SourceRedaction)
 sanitize_without_replay = _mutant(M.SanitizeWithoutReplay)
 span_excision = _mutant(M.SpanExcision)
 reuse_post_tau_cache = _mutant(M.ReusePostTauCache)
+stale_graph_index = _mutant(M.StaleGraphIndex)
+ignores_method = _mutant(M.IgnoresMethod)
+recent_checkpoints_only = _mutant(M.RecentCheckpointsOnly)
+wrong_log_after_forgets = _mutant(M.WrongLogAfterForgets)
 MUTANT_FACTORIES = ("crop_at_tau", "one_transition_short", "source_redaction", "sanitize_without_replay",
-                    "span_excision", "reuse_post_tau_cache")
+                    "span_excision", "reuse_post_tau_cache", "stale_graph_index", "ignores_method",
+                    "recent_checkpoints_only", "wrong_log_after_forgets")

@@ -1,6 +1,6 @@
 """Shared fixtures for the real-engine tiers."""
 
-from unsee.impl.agent import KVRuntime
+from unsee.impl.engine.runtime import KVRuntime
 from unsee.model import Config, Observation, Part
 
 FAMILIES = ("tiny-llama", "tiny-qwen2", "tiny-mistral")

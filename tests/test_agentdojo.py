@@ -4,7 +4,7 @@ import pytest
 
 pytest.importorskip("agentdojo", reason="install the agentdojo extra: pip install -e '.[agentdojo]'")
 
-from unsee.impl.agentdojo import TARGET, clean_results, convert, episode_digest  # noqa: E402
+from unsee.impl.experiments.agentdojo import TARGET, clean_results, convert, episode_digest  # noqa: E402
 from unsee.model import counterfactual_stream  # noqa: E402
 
 ONE_PER_SUITE = [("workspace", "user_task_0", "injection_task_0"), ("travel", "user_task_1", "injection_task_2"),

@@ -2,8 +2,8 @@
 
 import pytest
 
-from unsee.impl.agent import Agent
-from unsee.impl.store import StoreError
+from unsee.impl.store.session import Agent
+from unsee.impl.store.sqlite import StoreError
 from unsee.model import Observation, Part
 
 

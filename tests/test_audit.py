@@ -2,9 +2,9 @@
 
 import pytest
 
-from unsee.impl.audit import audit_episode, mcnemar_exact, tost
-from unsee.impl.agent import KVRuntime
-from unsee.impl.episodes import memory_case
+from unsee.impl.experiments.audit import audit_episode, mcnemar_exact, tost
+from unsee.impl.engine.runtime import KVRuntime
+from unsee.impl.experiments.cases import memory_case
 from unsee.model import Config
 
 LEAKY = ("B1", "B2", "B3", "B4", "B6", "B8")

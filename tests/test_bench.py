@@ -2,7 +2,7 @@
 
 import pytest
 
-from unsee.impl.bench import cost_session, fit, live_session, synthetic_graph
+from unsee.impl.experiments.bench import cost_session, fit, live_session, synthetic_graph
 from unsee.model import full_reset, selective_replay, taint_closure
 
 T = 10
@@ -96,7 +96,7 @@ def test_taint_closure_on_a_large_graph(benchmark):
 def test_agent_session_has_the_agent_shape():
     import json
 
-    from unsee.impl.bench import AGENT_SYSTEM, AGENT_T, agent_session
+    from unsee.impl.experiments.bench import AGENT_SYSTEM, AGENT_T, agent_session
 
     obs, independent = agent_session()
     assert len(obs) == AGENT_T and len(obs) - 1 >= 48  # a system prompt, then at least 48 turns
@@ -120,7 +120,7 @@ def test_agent_session_has_the_agent_shape():
 
 
 def test_agent_session_marks_the_last_post_tau_turns_independent():
-    from unsee.impl.bench import agent_session
+    from unsee.impl.experiments.bench import agent_session
 
     obs, independent = agent_session(50, 39, 0.5, 4)
     assert independent == frozenset(range(45, 51))  # round(11 · 0.5) = 6 of the 11 turns after τ, the last ones
@@ -133,7 +133,7 @@ def test_agent_session_marks_the_last_post_tau_turns_independent():
 
 
 def test_agent_sweep_taus():
-    from unsee.impl.bench import sweep_taus
+    from unsee.impl.experiments.bench import sweep_taus
 
     assert sweep_taus("short", 5) == [1, 2, 3, 4, 5]
     assert [50 - t + 1 for t in sweep_taus("agent", 50)] == [48, 32, 24, 16, 12, 8, 4, 1]
@@ -142,8 +142,8 @@ def test_agent_sweep_taus():
 
 @pytest.mark.slow
 def test_agent_system_prompt_is_over_1500_smollm2_tokens():
-    from unsee.impl.bench import AGENT_SYSTEM
-    from unsee.impl.models import ChatMLTemplate, UnknownModel, smollm2_path
+    from unsee.impl.experiments.bench import AGENT_SYSTEM
+    from unsee.impl.engine.models import ChatMLTemplate, UnknownModel, smollm2_path
 
     try:
         path = smollm2_path()
@@ -160,13 +160,13 @@ AGENT_SMALL_T = 24
 
 @pytest.fixture(scope="module")
 def agent_sweep():
-    from unsee.impl.bench import tau_sweep
+    from unsee.impl.experiments.bench import tau_sweep
 
     return tau_sweep("tiny-llama", AGENT_SMALL_T, 2, 1, shape="agent")
 
 
 def test_agent_shape_in_process_counts(agent_sweep):
-    from unsee.impl.bench import AGENT_SUFFIX
+    from unsee.impl.experiments.bench import AGENT_SUFFIX
 
     rows = {r["suffix"]: r for r in agent_sweep}
     assert sorted(rows) == [1, 4, 8, 12, 16]
@@ -189,7 +189,7 @@ def test_agent_shape_in_process_counts(agent_sweep):
 
 
 def test_agent_shape_indep_sweep_is_exact_at_suffix_12():
-    from unsee.impl.bench import indep_sweep
+    from unsee.impl.experiments.bench import indep_sweep
 
     (row,) = indep_sweep("tiny-llama", AGENT_SMALL_T, AGENT_SMALL_T - 11, [0.5], 2, 1, shape="agent")
     assert row["independent_turns"] == list(range(AGENT_SMALL_T - 5, AGENT_SMALL_T + 1))  # round(11 · 0.5) = 6
@@ -207,7 +207,7 @@ def test_agent_shape_across_processes(tmp_path):
     import subprocess
     import sys
 
-    from unsee.impl.bench import agent_session
+    from unsee.impl.experiments.bench import agent_session
 
     out, png = tmp_path / "agent.json", tmp_path / "agent.png"
     p = subprocess.run([sys.executable, "-m", "unsee.impl.cli", "bench", "cost-law", "--model", "tiny-llama",

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from typer.testing import CliRunner
 
-from unsee.impl.agent import open_runtime
+from unsee.impl.store.session import open_runtime
 from unsee.impl.cli import app
-from unsee.impl.episode import write_episode
-from unsee.impl.store import WRITE_POINTS, Failpoint, Store, StoreError
+from unsee.impl.store.episode import write_episode
+from unsee.impl.store.sqlite import WRITE_POINTS, Failpoint, Store, StoreError
 from unsee.model import Config, Observation, Part, ReferenceRuntime
 
 runner = CliRunner()
@@ -148,7 +148,7 @@ def test_no_persisted_byte_holds_the_target_after_forget(tmp_path_factory, n, at
 
 def test_agentdojo_injection_is_erased_from_the_store(tmp_path):
     pytest.importorskip("agentdojo")
-    from unsee.impl.agentdojo import TARGET, convert
+    from unsee.impl.experiments.agentdojo import TARGET, convert
 
     ep = convert("banking", "user_task_0", "injection_task_0")
     db = make_store(tmp_path, ep.observations)

@@ -10,11 +10,11 @@ import torch
 from tests.kv_helpers import EPISODE, FAMILIES
 from tests.test_cli_store import unsee
 from tests.test_kv_pages import kv_equal, snapshot_kv
-from unsee.impl.agent import KVRuntime
-from unsee.impl.engine import KVEngine, TorchLM, row_independence
-from unsee.impl.episode import write_episode
-from unsee.impl.exact import compare
-from unsee.impl.models import Bundle, load
+from unsee.impl.engine.runtime import KVRuntime
+from unsee.impl.engine.kv import KVEngine, TorchLM, row_independence
+from unsee.impl.store.episode import write_episode
+from unsee.impl.engine.exact import compare
+from unsee.impl.engine.models import Bundle, load
 from unsee.model import Config
 from unsee.model.session import append, selective_replay
 from unsee.model.state import Meter

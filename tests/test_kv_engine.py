@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from unsee.impl.engine import ExactnessError, KVEngine
-from unsee.impl.models import load
+from unsee.impl.engine.kv import ExactnessError, KVEngine
+from unsee.impl.engine.models import load
 
 
 @pytest.fixture(scope="module")

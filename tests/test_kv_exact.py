@@ -3,12 +3,12 @@
 import pytest
 import torch
 
-from unsee.impl.exact import compare
+from unsee.impl.engine.exact import compare
 from unsee.model import Config, ReferenceRuntime
 from unsee.specs import statements as S
 from unsee.specs.harness import verify
 from unsee.specs.mutants import MUTANTS
-from unsee.impl.agent import KVRuntime, kv_factory_for
+from unsee.impl.engine.runtime import KVRuntime, kv_factory_for
 from tests.kv_helpers import EPISODE, FAMILIES, drive, kv_factory
 
 

@@ -13,10 +13,11 @@ import torch
 from tests.kv_helpers import EPISODE, FAMILIES
 from tests.test_cli_store import unsee
 from tests.test_durability import persisted_bytes
-from unsee.impl.agent import KVRuntime, open_runtime
-from unsee.impl.episode import write_episode
-from unsee.impl.exact import compare
-from unsee.impl.store import Store
+from unsee.impl.engine.runtime import KVRuntime
+from unsee.impl.store.session import open_runtime
+from unsee.impl.store.episode import write_episode
+from unsee.impl.engine.exact import compare
+from unsee.impl.store.sqlite import Store
 from unsee.model import Config
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from unsee.impl import models
+from unsee.impl.engine import models
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -282,7 +282,7 @@ def test_load_records_time_and_origin(cache, gguf, monkeypatch):
 PROBE = r"""
 import hashlib, json, torch
 torch.set_num_threads(1)
-from unsee.impl.models import load
+from unsee.impl.engine.models import load
 b = load("smollm2")
 h = hashlib.sha256()
 for name, t in sorted(b.model.state_dict().items()):

@@ -2,9 +2,9 @@
 
 import pytest
 
-from unsee.impl.agent import KVRuntime
-from unsee.impl.exact import compare
-from unsee.impl.demo import CONFIG, EPISODE, TARGET, TAU
+from unsee.impl.engine.runtime import KVRuntime
+from unsee.impl.engine.exact import compare
+from unsee.impl.experiments.demo import CONFIG, EPISODE, TARGET, TAU
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +28,7 @@ def test_smollm2_selective_replay_is_bit_exact_against_full_reset(contaminated):
 
 
 def test_smollm2_memory_delete_is_not_forgetting(contaminated):
-    from unsee.impl.baselines import memory_delete
+    from unsee.impl.experiments.baselines import memory_delete
 
     b1, b5 = contaminated.branch(), contaminated.branch()
     memory_delete(b1, [TARGET])

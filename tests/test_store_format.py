@@ -5,10 +5,11 @@ import shutil
 from pathlib import Path
 
 from tests.test_cli_store import EPISODE, unsee
-from unsee.impl.agent import make_runtime, open_runtime
-from unsee.impl.bench_store import store_session
-from unsee.impl.episode import parse_episode
-from unsee.impl.store import FORMAT, Store
+from unsee.impl.engine.runtime import make_runtime
+from unsee.impl.store.session import open_runtime
+from unsee.impl.experiments.bench_store import store_session
+from unsee.impl.store.episode import parse_episode
+from unsee.impl.store.sqlite import FORMAT, Store
 
 FORMAT1 = Path(__file__).parent / "data" / "format1-address.db"  # `unsee run examples/address.jsonl` before format 2
 

@@ -9,10 +9,11 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from unsee.impl.agent import KVRuntime, receipt_json
-from unsee.impl.audit import divergence
-from unsee.impl.baselines import memory_delete
-from unsee.impl.exact import PROBES, compare
+from unsee.impl.engine.runtime import KVRuntime
+from unsee.impl.store.session import receipt_json
+from unsee.impl.experiments.audit import divergence
+from unsee.impl.experiments.baselines import memory_delete
+from unsee.impl.engine.exact import PROBES, compare
 from unsee.model.state import Config, Observation, Part
 
 TARGET = "addr"

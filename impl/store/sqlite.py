@@ -5,7 +5,7 @@ observations (with their hash chain), deltas (R_t as what it changed in R_{t-1}:
 grows linearly with the session), artifacts and edges (the provenance graph), checkpoints
 (boundary and environment snapshot; the manifest is R_boundary's blocks), snapshots
 (environment), world (side effects that fired), receipts, and pages (every block's K/V rows,
-written once, named by content: see unsee.impl.pages).
+written once, named by content: see unsee.impl.engine.pages).
 
 A forget rewrites only what follows its splice point (`save(..., since=c)`).
 
@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from unsee.impl.pages import ITEMSIZE, from_bytes, to_bytes
+from unsee.impl.engine.pages import ITEMSIZE, from_bytes, to_bytes
 from unsee.model.session import Checkpoint, Session, UnseeError
 from unsee.model.state import Artifact, Block, Config, LedgerEntry, Observation, State, ToolCall, graph_digest
 

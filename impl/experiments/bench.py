@@ -248,6 +248,11 @@ IND_TOOL = (
 AGENT_T = 50  # the system prompt, then 49 turns: user request, tool result, ..., user request
 AGENT_SUFFIX = 12  # the target 12 turns before the end: τ = T − 11
 AGENT_SUFFIXES = (1, 4, 8, 12, 16, 24, 32, 48)
+# The paper's shape (Experiments): the target 12 transitions before the end, so T−τ+1 = 12 and
+# a short session needs T ≥ 13. The flat-in-T check holds the suffix at 4 and doubles T.
+PAPER_SUFFIX = 12
+FLAT_SUFFIX = 4
+FLAT_TS = (8, 16, 32, 64)
 
 
 def agent_session(T: int = AGENT_T, tau: int | None = None, indep: float = 0.0,
@@ -324,7 +329,7 @@ def fit(xs, ys) -> dict:
 
 
 def live_session(model: str, obs, reply: int):
-    from unsee.impl.agent import KVRuntime
+    from unsee.impl.engine.runtime import KVRuntime
 
     live = KVRuntime(model, Config(plan_tokens=min(8, reply), summary_tokens=reply))
     for o in obs:
@@ -360,7 +365,7 @@ def tau_sweep(model: str, T: int, reply: int, repeats: int, on_point=None, shape
 
 def indep_sweep(model: str, T: int, tau: int, indeps, reply: int, repeats: int, on_point=None,
                 shape: str = "short") -> list[dict]:
-    from unsee.impl.exact import compare, max_abs_kv_diff
+    from unsee.impl.engine.exact import compare, max_abs_kv_diff
 
     rows = []
     for indep in indeps:
@@ -493,7 +498,7 @@ def cross_process(model: str, T: int, tau: int, indeps, reply: int, repeats: int
     """The agent shape across processes: run each session once, store it as `unsee run` does,
     then forget z from a copy of the store per method (and repeat) with `unsee forget` in a
     fresh process. Counts come from the receipts; times are medians over the repeats."""
-    from unsee.impl.store import Store
+    from unsee.impl.store.sqlite import Store
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="unsee-cost-law-", dir=workdir) as tmp:
@@ -560,8 +565,8 @@ def cost_law(model: str = "tiny-llama", T: int = 16, indeps=(0.0, 0.25, 0.5, 0.7
     f_tok = fit(xs, [r["B7"]["recomputed"] for r in taus]) if taus else None
     f_tr = fit(xs, [r["B7"]["transitions"] for r in taus]) if taus else None
     if shape == "short":
-        paper_T = max(T, 13)
-        paper_tau = paper_T - 12  # the paper's shape: 12 turns past the target
+        paper_T = max(T, PAPER_SUFFIX + 1)
+        paper_tau = paper_T - PAPER_SUFFIX  # the paper's shape: 12 turns past the target
     else:
         paper_T, paper_tau = T, T - AGENT_SUFFIX + 1  # 12 turns before the end: suffix 12
     rows = indep_sweep(model, paper_T, paper_tau, list(indeps), reply, repeats, on_point, shape)
@@ -594,7 +599,7 @@ def cost_law(model: str = "tiny-llama", T: int = 16, indeps=(0.0, 0.25, 0.5, 0.7
     if not sweep_tau:
         doc["flat_in_T"] = []
     elif shape == "short":
-        doc["flat_in_T"] = flat_in_T(model, 4, (8, 16, 32, 64), reply)
+        doc["flat_in_T"] = flat_in_T(model, FLAT_SUFFIX, FLAT_TS, reply)
     else:
         doc["flat_in_T"] = flat_in_T(model, AGENT_SUFFIX, sorted({16, 32, T}), reply, shape)
     doc["provenance"] = provenance_overhead(model, T, reply, shape)
@@ -603,7 +608,7 @@ def cost_law(model: str = "tiny-llama", T: int = 16, indeps=(0.0, 0.25, 0.5, 0.7
 
 
 def load_template(model: str):
-    from unsee.impl.models import load
+    from unsee.impl.engine.models import load
 
     return load(model).template
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from unsee.impl.pages import PageKeys, page_layout
+from unsee.impl.engine.pages import PageKeys, page_layout
 from unsee.model.session import UnseeError
 
 
@@ -315,7 +315,7 @@ class TorchLM:
         self.bos = tuple(self.template.bos())
         self.hits = 0  # prefill rows taken from a prefix cache (B5′)
         self.ctx: list[int] = []  # the context tokens, to match against the prefix cache
-        # K/V pages (see unsee.impl.pages): captured after every transition when kv_pages is on;
+        # K/V pages (see unsee.impl.engine.pages): captured after every transition when kv_pages is on;
         # `page_source(key)` reads a page persisted by an earlier process (a store), or None.
         self.kv_pages = True
         self.keys = PageKeys()

@@ -53,8 +53,8 @@ def _forget_in_new_process(db: Path, out: Path) -> tuple[float, dict]:
 def store_scaling(Ts=(100, 200, 400, 800), suffix: int = 12, repeats: int = 2, on_point=None) -> dict:
     """Bytes per turn (K/V pages excluded: the reference model keeps none) and forget cost at
     T−τ+1 = suffix, for each T; every forget in a fresh process on a copy of the store."""
-    from unsee.impl.agent import make_runtime
-    from unsee.impl.store import Store
+    from unsee.impl.engine.runtime import make_runtime
+    from unsee.impl.store.sqlite import Store
 
     rows = []
     with tempfile.TemporaryDirectory() as d:

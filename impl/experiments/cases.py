@@ -102,7 +102,7 @@ def agentdojo_case(suite: str, user_task: str, injection_task: str, benign_turns
     carries (IBANs, e-mail addresses, URLs, long numbers), or its first words."""
     import re
 
-    from unsee.impl.agentdojo import TARGET, convert
+    from unsee.impl.experiments.agentdojo import TARGET, convert
 
     ep = convert(suite, user_task, injection_task, benign_turns=benign_turns)
     text = " ".join(ep.target_texts)

@@ -18,8 +18,8 @@ import re
 
 import torch
 
-from unsee.impl.baselines import IFC, apply, tainted_plan
-from unsee.impl.episodes import Case
+from unsee.impl.experiments.baselines import IFC, apply, tainted_plan
+from unsee.impl.experiments.cases import Case
 from unsee.model.state import Observation, Part
 
 PROBES = {
@@ -210,7 +210,7 @@ def avoid(rt, question: str, excluded: str, other: str) -> float:
 
 
 def cases_for(suite: str, n: int, seed: int):
-    from unsee.impl import episodes as E
+    from unsee.impl.experiments import cases as E
 
     if suite == "memory":
         return [(E.memory_case(seed + i), None) for i in range(n)]
@@ -221,7 +221,7 @@ def cases_for(suite: str, n: int, seed: int):
             out.append((case, (E.choice_question(a, b, seed + i), a, b)))
         return out
     if suite.startswith("agentdojo"):
-        from unsee.impl.agentdojo import pairs
+        from unsee.impl.experiments.agentdojo import pairs
 
         only = suite.split(":", 1)[1] if ":" in suite else None
         all_pairs = list(pairs(only))
@@ -233,7 +233,7 @@ def cases_for(suite: str, n: int, seed: int):
 
 def run_audit(model: str, suite: str, n: int, methods, seed: int = 0, n_tokens: int = 24,
               on_episode=None) -> dict:
-    from unsee.impl.agent import KVRuntime
+    from unsee.impl.engine.runtime import KVRuntime
     from unsee.model.state import Config
 
     rows: dict[str, list[dict]] = {}
