@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from unsee.specs.harness import verify
-from unsee.specs.plugin import factory_for
+from unsee.specs.plugin import COVERAGE_KEY, factory_for
 
 
 @pytest.fixture(scope="session")
@@ -21,13 +21,15 @@ def runtime_spec(request) -> str:
 
 
 def test_every_statement_holds_on_random_sessions(request, runtime_spec):
-    n = request.config.getoption("--unsee-max-examples")
-    doc = verify(factory_for(runtime_spec), examples=n, seed=request.config.getoption("--unsee-seed"))
+    opt = request.config.getoption
+    doc = verify(factory_for(runtime_spec), examples=opt("--unsee-max-examples"), seed=opt("--unsee-seed"),
+                 max_steps=opt("--unsee-max-steps"))
+    setattr(request.config, COVERAGE_KEY, doc)
     if doc["failures"]:
         f = doc["failures"][0]
         trace = "\n    ".join(f["trace"])
-        pytest.fail(f"{f['message']}\nconfig {f['config']}\nshrunk trace ({f['length']} steps):\n    {trace}",
-                    pytrace=False)
+        pytest.fail(f"{f['message']}\nshrunk trace ({f['length']} steps), runnable with `factory` your runtime's "
+                    f"factory:\n    {trace}", pytrace=False)
     assert doc["forgets"] > 0, "no forget was exercised"
     assert doc["exact"] == doc["optimal_invocations"] == doc["forgets"]
 

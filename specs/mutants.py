@@ -8,6 +8,15 @@ Each is the reference runtime with one plausible mistake in `forget`:
 - `SanitizeWithoutReplay` B4: drops z and everything in I(z), regenerates nothing;
 - `SpanExcision`          cuts z's tokens out of the transcript and cache, nothing else;
 - `ReusePostTauCache`     replays the suffix but keeps the contaminated cache entries.
+
+And mistakes in what a runtime exposes, each one an engineer made (the kit must see them too):
+
+- `StaleGraphIndex`       `graph()` is an index built as steps run and never rebuilt by a forget;
+- `IgnoresMethod`         `forget` ignores `method="B5"` and a forced `checkpoint=`;
+- `RecentCheckpointsOnly` keeps checkpoint payloads for the last 12 boundaries only, and falls
+                          back to the oldest one it kept (which is past τ) when the right one is gone;
+- `WrongLogAfterForgets`  its state is right, but the log it reports is sanitized of the latest
+                          forget's sources only, so after two forgets it shows an earlier target again.
 """
 
 from __future__ import annotations
@@ -16,7 +25,9 @@ from dataclasses import replace
 
 from unsee.model.edits import finish, sanitize_without_replay, source_redaction, span_excision
 from unsee.model.runtime import ReferenceRuntime
-from unsee.model.session import choose_checkpoint, locate_target, replay_suffix, restore
+from unsee.model.session import (
+    choose_checkpoint, counterfactual_stream, locate_target, provenance_graph, replay_suffix, restore, selective_replay,
+)
 from unsee.model.state import Meter
 
 
@@ -97,5 +108,89 @@ class ReusePostTauCache(_Mutant):
     operator = staticmethod(reuse_post_tau_cache)
 
 
+class StaleGraphIndex(ReferenceRuntime):
+    """graph() answers from an index that step() extends and forget() never rebuilds."""
+
+    name = "stale-graph-index"
+
+    def reset(self) -> None:
+        super().reset()
+        self._index = provenance_graph(self.session.state)
+
+    def step(self, obs) -> None:
+        super().step(obs)
+        fresh = provenance_graph(self.session.state)
+        for n, d in fresh.nodes(data=True):
+            if n not in self._index:  # an id seen before keeps its old attributes
+                self._index.add_node(n, **d)
+        self._index.add_edges_from(e for e in fresh.edges if not self._index.has_edge(*e))
+
+    def graph(self):
+        return self._index
+
+
+class IgnoresMethod(ReferenceRuntime):
+    """Always selective replay from the latest checkpoint, whatever method and checkpoint say."""
+
+    name = "ignores-method"
+
+    def forget(self, sources, method="B7", checkpoint=None):
+        return super().forget(sources)
+
+
+KEPT_BOUNDARIES = 12
+
+
+def recent_checkpoints_only(s, sources, checkpoint=None):
+    _, tau = locate_target(s, sources)
+    kept = [c for c in s.checkpoints if c.boundary >= s.T - KEPT_BOUNDARIES]
+    want = choose_checkpoint(s.checkpoints, tau) if checkpoint is None else \
+        next(c for c in s.checkpoints if c.boundary == checkpoint)
+    if want in kept or not kept:
+        return selective_replay(s, sources, checkpoint)
+    c = min(kept, key=lambda c: c.boundary)  # the payload it wanted is gone: the oldest it has
+    meter = Meter()
+    new, _, _, replayed = replay_suffix(s, restore(s, c, meter), c.boundary, sources, meter)
+    return finish(s, new, sources, tau, c.boundary, meter, replayed=replayed)
+
+
+class RecentCheckpointsOnly(ReferenceRuntime):
+    name = "recent-checkpoints-only"
+
+    def forget(self, sources, method="B7", checkpoint=None):
+        if method != "B7":
+            return super().forget(sources, method, checkpoint)
+        self.session, receipt = recent_checkpoints_only(self.session, list(sources), checkpoint)
+        self._meter.transitions += receipt.transitions
+        self._last_checkpoint = receipt.checkpoint
+        return receipt
+
+
+class WrongLogAfterForgets(ReferenceRuntime):
+    """Reports the raw log sanitized of the latest forget's sources only (its state is right)."""
+
+    name = "wrong-log-after-forgets"
+
+    def reset(self) -> None:
+        super().reset()
+        self._raw: list = []
+        self._latest: tuple = ()
+
+    def step(self, obs) -> None:
+        super().step(obs)
+        self._raw.append(obs)
+
+    def forget(self, sources, method="B7", checkpoint=None):
+        receipt = super().forget(sources, method, checkpoint)
+        self._latest = tuple(sources)
+        return receipt
+
+    @property
+    def observations(self):
+        return counterfactual_stream(tuple(self._raw), self._latest)
+
+
 MUTANTS = (CropAtTau, OneTransitionShort, SourceRedaction, SanitizeWithoutReplay, SpanExcision,
            ReusePostTauCache)
+# mistakes in what the runtime exposes rather than in the forget operator's state
+PROTOCOL_MUTANTS = (StaleGraphIndex, IgnoresMethod, RecentCheckpointsOnly, WrongLogAfterForgets)

@@ -21,6 +21,8 @@ def pytest_addoption(parser):
                 help="module:factory of the runtime to verify (or UNSEE_RUNTIME)")
     g.addoption("--unsee-max-examples", type=int, default=int(os.environ.get("UNSEE_MAX_EXAMPLES", "100")),
                 help="random sessions per property (default 100)")
+    g.addoption("--unsee-max-steps", type=int, default=int(os.environ.get("UNSEE_MAX_STEPS", "40")),
+                help="longest session, in observations, of the one program in five that is long (default 40)")
     g.addoption("--unsee-seed", type=int, default=0, help="Hypothesis seed (default 0)")
     g.addoption("--unsee-xfails", default=os.environ.get("UNSEE_XFAILS"),
                 help="file of test names (one per line) expected to fail for this runtime")
@@ -58,3 +60,17 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.name in names or item.originalname in names:
             item.add_marker(pytest.mark.xfail(reason=f"listed in {path}", strict=True))
+
+
+COVERAGE_KEY = "unsee_coverage"
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """One line per kit run: how many forgets each scenario got (a run that never exercised
+    one cannot vouch for it)."""
+    doc = getattr(config, COVERAGE_KEY, None)
+    if doc is None:
+        return
+    cov = ", ".join(f"{k}: {v}" for k, v in doc["coverage"].items())
+    terminalreporter.write_line(f"unsee kit: {doc['examples']} sessions, {doc['forgets']} forgets in "
+                                f"{doc['seconds']} s; forgets per scenario: {cov}")

@@ -57,6 +57,8 @@ class Observed:
     invocations_delta: int = 0
     checkpoints: tuple[int, ...] = ()
     forced: int | None = None  # a splice point the caller imposed (B5 is forced to 0)
+    graph_after: Any = None  # G after the forget, as the runtime reports it
+    twin_graph: Any = None  # G^{-z}_T
 
     @property
     def T(self) -> int:
@@ -104,11 +106,19 @@ def observe(factory: RuntimeFactory, stream, sources, method: str = "B7",
     if callable(getattr(rt, "trajectory", None)):
         ob.trajectory = [dict(d) for d in rt.trajectory()]
     ob.world_after = tuple(rt.world)
+    ob.graph_after = rt.graph().copy()
     twin = (twin_factory or factory)()
     drive(twin, counterfactual_stream(stream, sources), ob.twin)
     ob.twin_invocations = twin.invocations
     ob.twin_world = tuple(twin.world)
+    ob.twin_graph = twin.graph().copy()
     return ob
+
+
+def graph_rows(g) -> tuple[set, set]:
+    """A provenance graph as comparable values: nodes with (type, turn, source ids), and edges."""
+    nodes = {(n, d.get("type"), d.get("turn"), frozenset(d.get("source_ids", ()))) for n, d in g.nodes(data=True)}
+    return nodes, set(g.edges)
 
 
 def _closure(g, sources) -> set:
@@ -237,11 +247,30 @@ def assumption_a3_side_effects(ob: Observed) -> None:
     require(got == want, f"A3 report: compensation lists {sorted(got)}, the twin shows {sorted(want)} differ")
 
 
+def protocol_reports_the_twin(ob: Observed) -> None:
+    """Theorem 1 through everything the protocol exposes, not only `digest()`: after the forget
+    `graph()` is G^{-z}_T (nodes, their type, turn and source ids, and edges), and the receipt
+    states τ and T (the length before the forget) as the kit computes them."""
+    r = ob.receipt
+    require(r.tau == ob.tau, f"receipt: tau={r.tau}, but {list(ob.sources)} first enter at τ={ob.tau}")
+    require(r.T == ob.T, f"receipt: T={r.T}, but the session had T={ob.T} observations before the forget")
+    if ob.graph_after is None or ob.twin_graph is None:
+        return
+    (n1, e1), (n2, e2) = graph_rows(ob.graph_after), graph_rows(ob.twin_graph)
+    extra, missing = sorted(n1 - n2, key=str), sorted(n2 - n1, key=str)
+    require(not extra and not missing,
+            f"Theorem 1 (graph): after forgetting {list(ob.sources)} graph() differs from G^-z_T: "
+            f"{len(extra)} node(s) not in the twin's (first: {extra[:2]}), {len(missing)} missing (first: {missing[:2]})")
+    require(e1 == e2, f"Theorem 1 (graph): edges differ from G^-z_T: extra {sorted(e1 - e2)[:3]}, "
+                      f"missing {sorted(e2 - e1)[:3]}")
+
+
 FORGET_STATEMENTS = (
     lemma1_prefix_sharing,
     lemma2_taint_monotonicity,
     lemma2_certifiable_boundary,
     theorem1_splicing_equivalence,
+    protocol_reports_the_twin,
     corollary1_optimal_invocations,
     assumption_a2_sanitized_stream,
     assumption_a3_side_effects,

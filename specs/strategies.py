@@ -4,12 +4,16 @@ A *program* is a plain list of operations, so a shrunk failure is a value that c
 printed, stored as JSON and replayed:
 
     ("obs", Observation)         one transition
-    ("forget", (k, ...))         forget the k-th not-yet-forgotten target(s) in the log
+    ("forget", Forget)           forget some of the targets present in the log
 
-Targets are the sources "z1".."z3"; every other part gets a fresh benign source id.
+Targets are the sources "z1".."z3"; every other part gets a fresh benign source id. Every
+choice shrinks towards the plain case (no compaction, no target, B7 at the latest
+checkpoint), so a shrunk trace shows only what the failure needs.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
@@ -30,31 +34,55 @@ def observations(draw, index: int = 0) -> Observation:
     n_parts = draw(st.integers(1, 2))
     parts = []
     for k in range(n_parts):
-        src = draw(st.sampled_from(TARGETS)) if draw(st.integers(0, 3)) == 0 else f"s{index}.{k}"
+        src = draw(st.sampled_from(TARGETS)) if draw(st.integers(0, 3)) == 3 else f"s{index}.{k}"
         parts.append(Part(src, draw(texts)))
         if src in TARGETS and draw(st.booleans()):  # a value the target changed: clean text only without it
             parts.append(Part(f"s{index}.{k}.alt", draw(texts), instead_of=src))
     reply = draw(st.integers(0, 3))
     tool = draw(st.sampled_from((None, None) + TOOLS))
-    compact = draw(st.integers(0, 7)) == 0
+    compact = draw(st.integers(0, 7)) == 7
     return Observation(kind, tuple(parts), reply, tool, compact)
 
 
+@dataclass(frozen=True)
+class Forget:
+    """One forget request. `picks`: which of the targets present in the log (k mod how many);
+    `method`: "B7" or "B5"; `coarser`: with B7, force the checkpoint, the k-th (mod) of the
+    boundaries before τ (None: the runtime's own choice, the latest)."""
+
+    picks: tuple[int, ...] = (0,)
+    method: str = "B7"
+    coarser: int | None = None
+
+
+forgets = st.builds(
+    Forget,
+    picks=st.lists(st.integers(0, 2), min_size=1, max_size=3, unique=True).map(tuple),
+    method=st.integers(0, 4).map(lambda k: "B5" if k == 4 else "B7"),
+    coarser=st.none() | st.integers(0, 7),
+)
+
+
 @st.composite
-def programs(draw, max_ops: int = 10) -> list[tuple]:
-    """A session with forget requests interleaved; at least one target enters."""
-    n = draw(st.integers(1, max_ops))
+def programs(draw, max_ops: int = 10, max_steps: int = 40) -> list[tuple]:
+    """A session with forget requests interleaved; at least one target enters, often two at
+    different steps. One program in five is long: up to `max_steps` observations."""
+    long = max_steps > max_ops and draw(st.integers(0, 4)) == 4
+    n = draw(st.integers(max_ops + 1, max_steps)) if long else draw(st.integers(1, max_ops))
     ops: list[tuple] = []
     for i in range(n):
-        if i > 0 and draw(st.integers(0, 4)) == 0:
-            ops.append(("forget", tuple(draw(st.lists(st.integers(0, 2), min_size=1, max_size=2, unique=True)))))
+        if i > 0 and draw(st.integers(0, 4)) == 4:
+            ops.append(("forget", draw(forgets)))
         else:
             ops.append(("obs", draw(observations(index=i))))
-    # Make sure something is there to forget: inject a target at a drawn position
-    pos = draw(st.integers(0, len(ops)))
-    ops.insert(pos, ("obs", Observation("user", (Part(draw(st.sampled_from(TARGETS)), draw(texts)),),
-                                        reply=draw(st.integers(0, 3)))))
-    ops.append(("forget", (0,)))
+    # Make sure something is there to forget: inject a target at a drawn position, and often a
+    # second one elsewhere (a forget of both then has two different τ)
+    first = draw(st.sampled_from(TARGETS))
+    injected = [first] + ([t for t in TARGETS if t != first][:1] if draw(st.booleans()) else [])
+    for z in injected:
+        pos = draw(st.integers(0, len(ops)))
+        ops.insert(pos, ("obs", Observation("user", (Part(z, draw(texts)),), reply=draw(st.integers(0, 3)))))
+    ops.append(("forget", draw(forgets)))
     return ops
 
 
@@ -66,16 +94,21 @@ configs = st.builds(
 )
 
 
+def observation_code(o: Observation) -> str:
+    """A Python expression that rebuilds `o`, showing only the fields that differ from the defaults."""
+    parts = ", ".join(f"Part({p.source!r}, {p.text!r}" + (f", instead_of={p.instead_of!r})" if p.instead_of else ")")
+                      for p in o.parts)
+    extra = "".join(f", {k}={v!r}" for k, v in (("reply", o.reply), ("tool", o.tool), ("compact", o.compact))
+                    if v not in (0, None, False))
+    return f"Observation({o.kind!r}, ({parts},){extra})"
+
+
 def format_program(program, config=None) -> list[str]:
-    """A short, copy-pasteable trace of a program."""
+    """A short listing of a program as drawn (the kit reports the runnable trace it executed)."""
     lines = [f"config {config}"] if config else []
     for op, arg in program:
         if op == "obs":
-            parts = ", ".join(f"Part({p.source!r}, {p.text!r}" + (f", instead_of={p.instead_of!r})" if p.instead_of else ")")
-                              for p in arg.parts)
-            extra = "".join(f", {k}={v!r}" for k, v in (("reply", arg.reply), ("tool", arg.tool), ("compact", arg.compact))
-                            if v not in (0, None, False))
-            lines.append(f"step(Observation({arg.kind!r}, ({parts},){extra}))")
+            lines.append(f"step({observation_code(arg)})")
         else:
-            lines.append(f"forget(targets #{list(arg)})")
+            lines.append(f"forget({arg})")
     return lines

@@ -7,6 +7,8 @@ Format (specs/vectors/vectors.json, a list):
      "config": {"policy": "every", "sampling": bool, "seed": int},
      "session": [Observation.to_json(), ...],          # one per transition, T of them
      "forget": ["z1", ...],                             # sources, one forget request
+     "method": "B7" | "B5",                             # optional (default B7)
+     "checkpoint": int,                                 # optional: a forced splice point c < τ
      "expect": {"tau": int, "T": int, "checkpoint": int,
                 "transitions": int,                     # B7 invocations of F (T − checkpoint)
                 "full_reset_transitions": int,          # T
@@ -30,7 +32,7 @@ import networkx as nx
 
 from unsee.model.session import counterfactual_stream
 from unsee.model.state import Observation, Part
-from unsee.specs.statements import drive, first_entry_of
+from unsee.specs.statements import drive, first_entry_of, graph_rows
 
 PATH = Path(__file__).parent / "vectors" / "vectors.json"
 WORDS = ("alice", "elm", "street", "iban", "DE89", "budget", "friday", "ok", "send", "report")
@@ -41,7 +43,7 @@ def stream_digest(observations) -> str:
 
 
 def _random_session(rng: random.Random) -> tuple[list[Observation], list[str]]:
-    T = rng.randint(2, 9)
+    T = rng.randint(2, 9) if rng.random() < 0.75 else rng.randint(10, 24)
     obs, targets = [], []
     for t in range(1, T + 1):
         kind = rng.choice(("user", "user", "memory", "tool", "system"))
@@ -49,6 +51,8 @@ def _random_session(rng: random.Random) -> tuple[list[Observation], list[str]]:
         if rng.random() < 0.3:
             z = rng.choice(("z1", "z2"))
             parts.insert(rng.randint(0, 1), Part(z, " ".join(rng.choice(WORDS) for _ in range(3))))
+            if rng.random() < 0.3:  # the value z changed: the counterfactual shows this instead
+                parts.append(Part(f"s{t}.alt", rng.choice(WORDS), instead_of=z))
             targets.append(z)
         obs.append(Observation(kind, tuple(parts), rng.randint(0, 3), rng.choice((None, None, "lookup", "send")),
                                rng.random() < 0.1))
@@ -76,8 +80,13 @@ def generate(n: int = 40, seed: int = 0) -> list[dict]:
         g = rt.graph()
         fields = sorted([d["turn"], src] for n_, d in g.nodes(data=True) if g.in_degree(n_) == 0
                         for src in d["source_ids"] if src in forget)
-        r = rt.forget(forget)
-        out.append({"id": f"v{i:03d}", "config": cfg, "session": [o.to_json() for o in obs], "forget": forget,
+        tau = first_entry_of(obs, forget)
+        method, checkpoint = ("B5", None) if i % 4 == 1 else ("B7", None)
+        if i % 4 == 2 and tau > 1:
+            checkpoint = rng.randint(0, tau - 2)  # every boundary is a checkpoint under "every"
+        r = rt.forget(forget, method=method, checkpoint=checkpoint)
+        extra = ({"method": method} if method != "B7" else {}) | ({"checkpoint": checkpoint} if checkpoint is not None else {})
+        out.append({"id": f"v{i:03d}", "config": cfg, "session": [o.to_json() for o in obs], "forget": forget, **extra,
                     "expect": {"tau": r.tau, "T": r.T, "checkpoint": r.checkpoint, "transitions": r.transitions,
                                "full_reset_transitions": len(obs),
                                "counterfactual": stream_digest(counterfactual_stream(obs, forget)),
@@ -105,7 +114,7 @@ def check_vector(factory, v: dict) -> None:
     assert not early, f"artifacts before τ={e['tau']} are tainted: {early[:3]}"
     assert first_entry_of(obs, v["forget"]) == e["tau"]
     before = rt.invocations
-    r = rt.forget(list(v["forget"]))
+    r = rt.forget(list(v["forget"]), method=v.get("method", "B7"), checkpoint=v.get("checkpoint"))
     for k in ("tau", "T", "checkpoint", "transitions"):
         assert getattr(r, k) == e[k], f"{k} = {getattr(r, k)}, expected {e[k]}"
     assert rt.invocations - before == e["transitions"], "the invocation counter disagrees with the receipt"
@@ -113,7 +122,10 @@ def check_vector(factory, v: dict) -> None:
     twin = factory()
     drive(twin, counterfactual_stream(obs, v["forget"]))
     assert twin.invocations == e["full_reset_transitions"]
-    assert dict(rt.digest()) == dict(twin.digest()), "the forget differs from a full reset"
+    a, b = dict(rt.digest()), dict(twin.digest())
+    layers = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    assert not layers, f"the forget differs from a full reset over o^-z in layers {layers}"
+    assert graph_rows(rt.graph()) == graph_rows(twin.graph()), "graph() after the forget is not the twin's G^-z_T"
 
 
 def run_vectors(factory_for, vectors) -> dict:
@@ -122,7 +134,9 @@ def run_vectors(factory_for, vectors) -> dict:
         try:
             check_vector(factory_for(v["config"]), v)
         except AssertionError as e:
-            failures.append({"id": v["id"], "message": str(e)})
+            how = v.get("method", "B7") + (f" at checkpoint {v['checkpoint']}" if "checkpoint" in v else "")
+            failures.append({"id": v["id"], "message": f"{e} (session of T={len(v['session'])}, forget "
+                                                       f"{v['forget']} by {how}, config {v['config']})"})
         ran.append(v["id"])
     return {"ran": sorted(ran), "failures": failures}
 

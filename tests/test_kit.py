@@ -1,6 +1,7 @@
 """The conformance kit bites: the example runtime passes, every mutant fails with a trace."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,22 +15,51 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def kit(runtime: str, cwd: Path, *extra: str) -> subprocess.CompletedProcess:
+    """The kit's default run (100 sessions, one in five up to 40 observations) on `runtime`."""
     return subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "unsee.specs.conformance",
-                           f"--unsee-runtime={runtime}", "--unsee-max-examples=60", "-p", "no:cacheprovider",
-                           "-q", *extra], cwd=cwd, capture_output=True, text=True, timeout=600)
+                           f"--unsee-runtime={runtime}", "-p", "no:cacheprovider",
+                           "-q", *extra], cwd=cwd, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(cwd)})
 
 
 def test_example_runtime_passes_the_kit():
     p = kit("tiny_runtime:TinyRuntime", ROOT / "docs" / "examples")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "2 passed" in p.stdout
+    assert "unsee kit: 100 sessions" in p.stdout and "several targets with different tau" in p.stdout
+
+
+def test_reference_passes_the_default_run_with_a_coverage_line(tmp_path):
+    p = kit("unsee.specs.runtimes:reference", tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    line = next(x for x in p.stdout.splitlines() if x.startswith("unsee kit:"))
+    for scenario in ("method B5", "checkpoint forced", "session longer than 12 observations", "instead_of parts",
+                     "several targets with different tau", "forget after an earlier forget"):
+        assert scenario in line, line
+
+
+def test_a_runtime_that_raises_is_named_with_a_runnable_trace(tmp_path):
+    (tmp_path / "raising.py").write_text(
+        "from unsee.model import Config, ReferenceRuntime\n"
+        "class Raising(ReferenceRuntime):\n"
+        "    def forget(self, sources, method='B7', checkpoint=None):\n"
+        "        if method == 'B5':\n"
+        "            raise NotImplementedError('B5 is not supported')\n"
+        "        return super().forget(sources, method, checkpoint)\n"
+        "def make(cfg):\n"
+        "    return Raising(Config(sampling=cfg['sampling'], seed=cfg['seed']), cfg['policy'])\n")
+    p = kit("raising:make", tmp_path)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "the runtime raised NotImplementedError: B5 is not supported" in p.stdout
+    assert "ExceptionGroup" not in p.stdout
+    assert "from unsee.model import Observation, Part" in p.stdout and "method='B5'" in p.stdout
 
 
 @pytest.mark.parametrize("mutant", MUTANT_FACTORIES)
 def test_kit_rejects_mutant_with_a_readable_trace(tmp_path, mutant):
     p = kit(f"unsee.specs.runtimes:{mutant}", tmp_path)
     assert p.returncode == 1, p.stdout + p.stderr
-    assert "shrunk trace" in p.stdout and "step(Observation(" in p.stdout
+    assert "shrunk trace" in p.stdout and "rt.step(Observation(" in p.stdout and "rt.forget(" in p.stdout
 
 
 def test_xfails_file_marks_known_failures(tmp_path):
@@ -53,3 +83,16 @@ def test_plugin_imports_nothing_heavy():
 
 def test_shipped_vectors_match_the_reference_model():
     assert generate() == load_vectors(), "regenerate with: python -m unsee.specs.vectors"
+
+
+def test_the_guides_example_command_works_verbatim():
+    """The guide's command for the example runtime, run as written from docs/examples."""
+    import re
+
+    guide = (ROOT / "docs" / "verify-your-runtime.md").read_text()
+    cmd = next(c for c in re.findall(r"```bash\n(.*?)```", guide, re.S) if "tiny_runtime:TinyRuntime" in c).strip()
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    env.pop("PYTHONPATH", None)
+    p = subprocess.run(["bash", "-c", cmd], cwd=ROOT / "docs" / "examples", capture_output=True, text=True,
+                       timeout=600, env=env)
+    assert p.returncode == 0 and "2 passed" in p.stdout, p.stdout + p.stderr

@@ -6,7 +6,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from unsee.model import Config
 from unsee.specs.harness import verify
-from unsee.specs.mutants import MUTANTS
+from unsee.specs.mutants import MUTANTS, PROTOCOL_MUTANTS
 from unsee.specs.statements import SpecViolation
 from tests.test_reference_machine import ReferenceMachine
 
@@ -40,3 +40,17 @@ def test_reference_passes_the_same_harness():
 
     doc = verify(factory_for, examples=100, seed=0)
     assert doc["failures"] == [] and doc["exact"] == doc["forgets"] == doc["optimal_invocations"] > 0
+
+
+@pytest.mark.parametrize("mutant", PROTOCOL_MUTANTS, ids=lambda m: m.name)
+def test_protocol_mutant_is_caught_by_the_default_run(mutant):
+    """Mistakes in what a runtime exposes (graph, method, checkpoint payloads, log): the
+    default run (100 sessions) catches each, and says what differs."""
+    def factory_for(cfg):
+        return lambda: mutant(Config(sampling=cfg["sampling"], seed=cfg["seed"]), cfg["policy"])
+
+    doc = verify(factory_for, examples=100, seed=0)
+    assert len(doc["failures"]) == 1, f"{mutant.name} was not caught"
+    want = {"stale-graph-index": "graph() differs from G^-z_T", "ignores-method": "Corollary 1: spliced at boundary",
+            "recent-checkpoints-only": "Theorem 1", "wrong-log-after-forgets": "the runtime's log differs"}
+    assert want[mutant.name] in doc["failures"][0]["message"]
