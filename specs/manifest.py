@@ -33,6 +33,13 @@ MANIFEST = (
                   "tests/test_mutants.py::test_mutant_is_caught_with_a_short_trace"],
     },
     {
+        "statement": "Theorem 1 through the protocol: graph() and the receipt's τ and T equal the twin's",
+        "spec": "protocol_reports_the_twin",
+        "proofs": [],
+        "tests": ["tests/test_mutants.py::test_protocol_mutant_is_caught_by_the_default_run",
+                  "tests/test_kit.py::test_kit_rejects_mutant_with_a_readable_trace"],
+    },
+    {
         "statement": "Corollary 1 (Recomputation lower bound and optimality)",
         "spec": "corollary1_optimal_invocations",
         "proofs": ["corollary1_cheaper_shapes_not_exact", "corollary1_splice_is_exact"],
