@@ -69,7 +69,9 @@ def frozen_clock():
 
 
 @dataclass
-class Episode:
+class InjectionPair:
+    """One AgentDojo (user task, injection task) pair as a stream of observations, with its target."""
+
     suite: str
     user_task: str
     injection_task: str
@@ -191,7 +193,7 @@ def clean_results(suite_name: str, user_task: str) -> list[str]:
 
 
 def convert(suite_name: str, user_task: str, injection_task: str, benign_turns: int = 0,
-            reply: int = 8, tool_reply: int = 4) -> Episode:
+            reply: int = 8, tool_reply: int = 4) -> InjectionPair:
     _require()
     suite, ut, calls, read, clean, snaps = _user_task(suite_name, user_task)
     it = suite.injection_tasks[injection_task]
@@ -214,7 +216,7 @@ def convert(suite_name: str, user_task: str, injection_task: str, benign_turns: 
                                tool="send" if nxt else None))
     if not targets:
         raise UnseeError(f"{suite_name}/{user_task}×{injection_task}: the injection never reached a tool result")
-    return Episode(suite_name, user_task, injection_task, obs, TARGET, targets, cons, list(snaps), list(read))
+    return InjectionPair(suite_name, user_task, injection_task, obs, TARGET, targets, cons, list(snaps), list(read))
 
 
 def pairs(suite_name: str | None = None):
@@ -228,5 +230,8 @@ def pairs(suite_name: str | None = None):
                 yield name, u, i
 
 
-def episode_digest(ep: Episode) -> str:
+def episode_digest(ep: InjectionPair) -> str:
     return hashlib.sha256(json.dumps([o.to_json() for o in ep.observations]).encode()).hexdigest()[:16]
+
+
+Episode = InjectionPair  # deprecated name (an episode is a stored stream: unsee.impl.store.episode)
