@@ -168,17 +168,7 @@ def execute(program, factory: Callable, tally: Tally, trace: Trace | None = None
         live = S.Observed(tuple(log), chosen, tau, twin=ob.twin, twin_invocations=ob.twin_invocations,
                           twin_world=ob.twin_world, twin_graph=ob.twin_graph,
                           forced=0 if arg.method == "B5" else checkpoint)
-        live.checkpoints = tuple(rt.checkpoints)
-        live.world_before = tuple(rt.world)
-        n0 = rt.invocations
-        live.receipt = call(lambda: rt.forget(list(chosen), method=arg.method, checkpoint=checkpoint),
-                            f"rt.forget({args})", f"step {k}")
-        live.invocations_delta = rt.invocations - n0
-        live.after = dict(call(rt.digest, "rt.digest()", f"step {k}"))
-        live.world_after = tuple(rt.world)
-        live.graph_after = call(rt.graph, "rt.graph()", f"step {k}").copy()
-        if callable(getattr(rt, "trajectory", None)):
-            live.trajectory = [dict(d) for d in rt.trajectory()]
+        call(lambda: S.record_forget(rt, live, arg.method, checkpoint), f"rt.forget({args})", f"step {k}")
         for spec in LIVE_STATEMENTS:
             try:
                 spec(live)

@@ -97,22 +97,27 @@ def observe(factory: RuntimeFactory, stream, sources, method: str = "B7",
                   forced=0 if method == "B5" else checkpoint)
     rt = factory()
     drive(rt, stream, ob.real, ob.graphs)
-    ob.checkpoints = tuple(rt.checkpoints)
-    ob.world_before = tuple(rt.world)
-    before = rt.invocations
-    ob.receipt = rt.forget(list(sources), method=method, checkpoint=checkpoint)
-    ob.invocations_delta = rt.invocations - before
-    ob.after = dict(rt.digest())
-    if callable(getattr(rt, "trajectory", None)):
-        ob.trajectory = [dict(d) for d in rt.trajectory()]
-    ob.world_after = tuple(rt.world)
-    ob.graph_after = rt.graph().copy()
+    record_forget(rt, ob, method, checkpoint)
     twin = (twin_factory or factory)()
     drive(twin, counterfactual_stream(stream, sources), ob.twin)
     ob.twin_invocations = twin.invocations
     ob.twin_world = tuple(twin.world)
     ob.twin_graph = twin.graph().copy()
     return ob
+
+
+def record_forget(rt, ob: Observed, method: str = "B7", checkpoint: int | None = None) -> None:
+    """Forget `ob.sources` on `rt` and record into `ob` what the protocol exposes before and after."""
+    ob.checkpoints = tuple(rt.checkpoints)
+    ob.world_before = tuple(rt.world)
+    before = rt.invocations
+    ob.receipt = rt.forget(list(ob.sources), method=method, checkpoint=checkpoint)
+    ob.invocations_delta = rt.invocations - before
+    ob.after = dict(rt.digest())
+    if callable(getattr(rt, "trajectory", None)):
+        ob.trajectory = [dict(d) for d in rt.trajectory()]
+    ob.world_after = tuple(rt.world)
+    ob.graph_after = rt.graph().copy()
 
 
 def graph_rows(g) -> tuple[set, set]:
