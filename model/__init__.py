@@ -12,6 +12,6 @@ from unsee.model.state import (  # noqa: F401
 from unsee.model.session import (  # noqa: F401
     POLICIES, Checkpoint, Receipt, Session, UnknownSource, UnseeError, append, choose_checkpoint,
     counterfactual_stream, first_entry, full_reset, locate_source, new_session, provenance_graph,
-    replay_tools, restore, run, sanitize, selective_replay, taint_closure,
+    replay_tools, restore, run, sanitize, selective_replay, suffix_closure, taint_closure,
 )
 from unsee.model.runtime import ReferenceRuntime  # noqa: F401

@@ -195,6 +195,28 @@ def taint_closure(graph: nx.DiGraph, source_artifacts) -> set[str]:
     return out
 
 
+def suffix_closure(artifacts, source_artifacts) -> set[str]:
+    """Line 3 without building G: the same set as `taint_closure(provenance_graph(R), ·)`.
+
+    Artifacts are kept in creation order and every parent is created before its child, so
+    one pass over the artifacts from the first source artifact on finds {a : z ⇝_G a}: the
+    cost is the suffix's, not the session's."""
+    out = set(source_artifacts)
+    need, first = set(out), len(artifacts)
+    for i in range(len(artifacts) - 1, -1, -1):  # back to the earliest source artifact
+        if not need:
+            break
+        if artifacts[i].id in need:
+            need.discard(artifacts[i].id)
+            first = i
+    if need:
+        raise KeyError(f"source artifacts not in the graph: {sorted(need)}")
+    for a in artifacts[first + 1:]:
+        if a.id not in out and any(p in out for p in a.parents):
+            out.add(a.id)
+    return out
+
+
 def choose_checkpoint(checkpoints, tau: int) -> Checkpoint:
     """Line 4: c* ← argmax{c ∈ C : boundary(c) < τ}."""
     return max((c for c in checkpoints if c.boundary < tau), key=lambda c: c.boundary)
@@ -319,7 +341,7 @@ def selective_replay(s: Session, sources, checkpoint: int | None = None, indepen
         raise UnseeError(f"mode {mode!r} is not None or 'oracle'")
     t0 = time.perf_counter()
     arts, tau = locate_target(s, sources)  # lines 1–2
-    taint = taint_closure(provenance_graph(s.state), arts)  # line 3
+    taint = suffix_closure(s.state.artifacts, arts)  # line 3
     cands = s.checkpoints if checkpoint is None else [c for c in s.checkpoints if c.boundary == checkpoint]
     if checkpoint is not None and (not cands or checkpoint >= tau):
         raise UnseeError(f"no checkpoint at boundary {checkpoint} before τ={tau}")
@@ -340,7 +362,7 @@ def full_reset(s: Session, sources, prefix_cache: bool = False) -> tuple[Session
     computed). The result is bit-exact like B5."""
     t0 = time.perf_counter()
     arts, tau = locate_target(s, sources)
-    taint = taint_closure(provenance_graph(s.state), arts)
+    taint = suffix_closure(s.state.artifacts, arts)
     meter = Meter()
     if prefix_cache:
         kv = s.state.kv

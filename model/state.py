@@ -390,6 +390,20 @@ def _h(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=repr).encode()).hexdigest()[:16]
 
 
+def inherited_sources(parents, sources_of) -> frozenset:
+    """The union of the parents' source sets (`sources_of`: artifact id → source ids; a parent
+    an edit removed passes nothing on). The largest parent's set is shared, not copied, when
+    the others add nothing to it: under oracle propagation the sets grow with the session."""
+    sets = [sources_of[p] for p in parents if p in sources_of]
+    if not sets:
+        return frozenset()
+    out = max(sets, key=len)
+    for x in sets:
+        if x is not out and not x <= out:
+            out = out | x
+    return out
+
+
 def graph_digest(artifacts) -> str:
     """G_t's digest. Source ids are digested relative to the parents' union (what an artifact
     adds and drops): with the parents in the digest that determines every source set, and it
@@ -397,12 +411,11 @@ def graph_digest(artifacts) -> str:
     by_id: dict[str, frozenset] = {}
     rows = []
     for a in artifacts:
-        inherited: frozenset = frozenset()
-        for p in a.parents:  # a parent an edit removed (B3) passes nothing on
-            inherited = inherited | by_id.get(p, frozenset())
-        by_id[a.id] = a.source_ids
-        rows.append((a.id, a.type, a.parents, sorted(a.source_ids - inherited), sorted(inherited - a.source_ids),
-                     a.token_span, a.turn, a.committed))
+        inherited = inherited_sources(a.parents, by_id)
+        by_id[a.id] = src = a.source_ids
+        same = src is inherited or src == inherited
+        rows.append((a.id, a.type, a.parents, [] if same else sorted(src - inherited),
+                     [] if same else sorted(inherited - src), a.token_span, a.turn, a.committed))
     return _h(rows)
 
 

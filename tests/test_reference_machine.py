@@ -4,7 +4,7 @@ from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from unsee.model import Config, Observation, Part, ReferenceRuntime
-from unsee.model.session import locate_source, taint_closure
+from unsee.model.session import locate_source, suffix_closure, taint_closure
 from unsee.specs.harness import Tally, check_forget, present_targets
 from unsee.specs.statements import diff_layers, require
 from unsee.specs.strategies import TARGETS, policies, texts
@@ -68,7 +68,10 @@ class ReferenceMachine(RuleBasedStateMachine):
             return
         g = self.rt.graph()
         for z in present_targets(self.rt.observations):
-            cur = taint_closure(g, locate_source(self.rt.session, z))
+            srcs = locate_source(self.rt.session, z)
+            cur = taint_closure(g, srcs)
+            fast = suffix_closure(self.rt.session.state.artifacts, srcs)  # what B7 uses
+            require(fast == cur, f"the one-pass closure of {z} differs from G's: {sorted(fast ^ cur)[:3]}")
             prev = self.closures.get(z, set())
             require(prev <= cur, f"I(z) shrank for {z}: lost {sorted(prev - cur)[:3]}")
             self.closures[z] = cur

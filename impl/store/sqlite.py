@@ -25,12 +25,14 @@ import secrets
 import sqlite3
 import time
 from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 
 from unsee.impl.engine.pages import ITEMSIZE, from_bytes, to_bytes
 from unsee.model.session import Checkpoint, Session, UnseeError
-from unsee.model.state import Artifact, Block, Config, LedgerEntry, Observation, State, ToolCall, graph_digest
+from unsee.model.state import (Artifact, Block, Config, LedgerEntry, Observation, State, ToolCall, graph_digest,
+                               inherited_sources)
 
 FORMAT = 2  # 1: every R_t stored whole (quadratic); 2: per-transition deltas and K/V pages
 
@@ -120,16 +122,124 @@ def _delta_json(prev: State | None, cur: State) -> str:
     return json.dumps(d, separators=(",", ":"))
 
 
-def _apply_delta(prev: State | None, d: dict, config: Config) -> State:
-    fields = {"turn": d["turn"]}
-    for name, (get, _, dec) in _APPEND.items():
-        k, tail = d[name]
-        old = () if prev is None else get(prev)
-        kept = old if k == len(old) else old[:k]
-        fields[name] = kept + (tuple(map(dec, tail)) if tail else ())
-    for name, (get, _, dec) in _WHOLE.items():
-        fields[name] = dec(d[name]) if name in d else get(prev)
-    return State(config=config, kv=None, **fields)
+class _Deltas:
+    """The stored deltas of R_0..R_T, decoded into states on demand.
+
+    A forget reads R_c at its splice point and the states after it; building every R_t of a
+    long session would cost the square of its length (each holds the whole transcript). The
+    running layers are kept as lists, so reading R_0..R_T in order costs what the deltas hold."""
+
+    def __init__(self, bodies: list[str], config: Config, artifacts: tuple[Artifact, ...]) -> None:
+        self.bodies, self.config, self.artifacts = bodies, config, artifacts
+        self.turns = [a.turn for a in artifacts]
+        if self.turns != sorted(self.turns):
+            raise StoreError("artifacts are not stored in turn order: the store is corrupt")
+        self.cache: dict[int, State] = {}
+        self.pos = -1  # the running layers describe R_pos
+        self.run: dict = {}
+
+    def __len__(self) -> int:
+        return len(self.bodies)
+
+    def get(self, t: int) -> State:
+        r = self.cache.get(t)
+        if r is not None:
+            return r
+        if t < self.pos:
+            self.pos, self.run = -1, {}
+        while self.pos < t:
+            self.pos += 1
+            d = json.loads(self.bodies[self.pos])
+            run = self.run
+            run["turn"] = d["turn"]
+            for name, (_, _, dec) in _APPEND.items():
+                k, tail = d[name]
+                lst = run.setdefault(name, [])
+                del lst[k:]
+                if tail:
+                    lst.extend(map(dec, tail))
+            for name, (_, _, dec) in _WHOLE.items():
+                if name in d:
+                    run[name] = dec(d[name])
+                elif self.pos == 0:
+                    raise StoreError("R_0 is not stored whole: the store is corrupt")
+        run = self.run
+        r = State(config=self.config, kv=None, turn=run["turn"],
+                  **{name: tuple(run[name]) for name in _APPEND}, **{name: run[name] for name in _WHOLE},
+                  artifacts=self.artifacts[:bisect.bisect_right(self.turns, run["turn"])])
+        self.cache[t] = r
+        return r
+
+
+class StoredStates(Sequence):
+    """R_0..R_n of a loaded session (then any states appended since), read from the store's
+    deltas only when asked for; it behaves as the tuple it stands for."""
+
+    def __init__(self, deltas: _Deltas, n: int, tail: tuple = ()) -> None:
+        self.deltas, self.n, self.tail = deltas, n, tail
+
+    def __len__(self) -> int:
+        return self.n + len(self.tail)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            start, stop, step = i.indices(len(self))
+            if start == 0 and step == 1:
+                return StoredStates(self.deltas, min(stop, self.n), self.tail[:max(stop - self.n, 0)])
+            return tuple(self[j] for j in range(start, stop, step))
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self.deltas.get(i) if i < self.n else self.tail[i - self.n]
+
+    def __add__(self, other):
+        return StoredStates(self.deltas, self.n, self.tail + tuple(other))
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, (tuple, StoredStates)) and len(self) == len(other) and tuple(self) == tuple(other)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"StoredStates(R_0..R_{len(self) - 1})"
+
+
+class StoredCheckpoint(Checkpoint):
+    """A stored checkpoint: its offset and manifest are R_boundary's, read only when used."""
+
+    def __init__(self, boundary: int, cache_handle: str, env_snapshot: str, states) -> None:
+        for k, v in (("boundary", boundary), ("cache_handle", cache_handle), ("env_snapshot", env_snapshot),
+                     ("_states", states)):
+            object.__setattr__(self, k, v)
+
+    @property
+    def token_offset(self) -> int:
+        return len(self._states[self.boundary].tokens)
+
+    @property
+    def manifest(self) -> tuple[str, ...]:
+        return tuple(map(_ARTIFACT, self._states[self.boundary].blocks))
+
+    def _key(self):
+        return (self.boundary, self.token_offset, self.cache_handle, self.env_snapshot, self.manifest)
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Checkpoint):
+            return NotImplemented
+        return self._key() == (other.boundary, other.token_offset, other.cache_handle, other.env_snapshot,
+                               other.manifest)
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"Checkpoint(boundary={self.boundary}, cache_handle={self.cache_handle!r}, stored)"
 
 
 def _state_from_v1(d: dict, config: Config) -> State:
@@ -145,34 +255,20 @@ def _state_from_v1(d: dict, config: Config) -> State:
     )
 
 
-def _with_artifacts(states, artifacts: tuple[Artifact, ...]) -> tuple[State, ...]:
-    """R_t's artifacts are the session's artifacts of turn ≤ t (execution only appends, Lemma
-    2(i)); artifacts are stored in creation order, so each state's are a prefix."""
-    turns = [a.turn for a in artifacts]
-    if turns != sorted(turns):
-        raise StoreError("artifacts are not stored in turn order: the store is corrupt")
-    return tuple(replace(r, artifacts=artifacts[:bisect.bisect_right(turns, r.turn)]) for r in states)
-
-
-def _inherited(parents, by_id) -> frozenset:
-    out: frozenset = frozenset()
-    for p in parents:
-        if p in by_id:  # a parent an edit removed passes nothing on
-            out = out | by_id[p].source_ids
-    return out
-
-
-def _sources_json(a: Artifact, by_id) -> str:
+def _sources_json(a: Artifact, sources_of) -> str:
     """source_ids relative to the parents' (oracle propagation makes them the parents' union,
     which grows with the session): what it adds and what it drops."""
-    inherited = _inherited(a.parents, by_id)
+    inherited = inherited_sources(a.parents, sources_of)
     return json.dumps({"+": sorted(a.source_ids - inherited), "-": sorted(inherited - a.source_ids)})
 
 
-def _sources_from(d, parents, by_id) -> frozenset:
+def _sources_from(d, parents, sources_of) -> frozenset:
     if isinstance(d, list):  # format 1: stored whole
         return frozenset(d)
-    return (_inherited(parents, by_id) | frozenset(d["+"])) - frozenset(d["-"])
+    inherited = inherited_sources(parents, sources_of)
+    if not d["+"] and not d["-"]:
+        return inherited  # shared with the parent it came from
+    return (inherited | frozenset(d["+"])) - frozenset(d["-"])
 
 
 def _checkpoint_json(cp: Checkpoint, s: Session) -> str:
@@ -185,9 +281,7 @@ def _checkpoint_json(cp: Checkpoint, s: Session) -> str:
 
 
 def _checkpoint_from(d: dict, states) -> Checkpoint:
-    r = states[d["boundary"]]
-    return Checkpoint(d["boundary"], len(r.tokens), d["cache_handle"], d["env_snapshot"],
-                      tuple(map(_ARTIFACT, r.blocks)))
+    return StoredCheckpoint(d["boundary"], d["cache_handle"], d["env_snapshot"], states)
 
 
 _ARTIFACT = operator.attrgetter("artifact")
@@ -320,10 +414,10 @@ class Store:
                             for t in range(c + 1, s.T + 1)])
             self._point("states")
             final = s.state
-            by_id = {a.id: a for a in final.artifacts}
+            sources_of = {a.id: a.source_ids for a in final.artifacts}
             fresh = [(i, a) for i, a in enumerate(final.artifacts) if a.turn > c]
             db.executemany("INSERT INTO artifacts VALUES (?, ?, ?, ?, ?, ?, ?)",
-                           [(a.id, a.type, _sources_json(a, by_id), json.dumps(a.token_span), a.turn,
+                           [(a.id, a.type, _sources_json(a, sources_of), json.dumps(a.token_span), a.turn,
                              int(a.committed), i) for i, a in fresh])
             self._point("artifacts")
             db.executemany("INSERT INTO edges VALUES (?, ?, ?, ?)",
@@ -428,10 +522,11 @@ class Store:
         arts, by_id = [], {}
         for i, ty, src, span, turn, com, _ in db.execute("SELECT * FROM artifacts ORDER BY ord"):
             ps = tuple(parents.get(i, ()))
+            span = json.loads(span)
             a = Artifact(i, ty, ps, _sources_from(json.loads(src), ps, by_id),
-                         None if json.loads(span) is None else tuple(json.loads(span)), turn, bool(com))
+                         None if span is None else tuple(span), turn, bool(com))
             arts.append(a)
-            by_id[i] = a
+            by_id[i] = a.source_ids
         arts = tuple(arts)
         rows = db.execute("SELECT t, body, chain FROM observations ORDER BY t").fetchall()
         obs = tuple(Observation.from_json(json.loads(b)) for _, b, _ in rows)
@@ -440,13 +535,11 @@ class Store:
                 raise StoreError(f"{self.path}: the observation log was altered at t={t} (hash chain broken)")
         if rows and rows[-1][2] != self.meta("chain_head"):
             raise StoreError(f"{self.path}: the observation log does not end where the store says (chain head)")
-        states, prev = [], None
-        for (body,) in db.execute("SELECT body FROM deltas ORDER BY t"):
-            prev = _apply_delta(prev, json.loads(body), config)
-            states.append(prev)
-        if len(states) != len(obs) + 1:
-            raise StoreError(f"{self.path} is corrupt: {len(obs)} observations but {len(states)} states")
-        states = _with_artifacts(states, arts)
+        bodies = [b for (b,) in db.execute("SELECT body FROM deltas ORDER BY t")]
+        if len(bodies) != len(obs) + 1:
+            raise StoreError(f"{self.path} is corrupt: {len(obs)} observations but {len(bodies)} states")
+        deltas = _Deltas(bodies, config, arts)
+        states = StoredStates(deltas, len(bodies))
         cps = tuple(_checkpoint_from(json.loads(b), states) for (b,) in
                     db.execute("SELECT body FROM checkpoints ORDER BY boundary"))
         snaps = tuple((k, tuple(tuple(x) for x in json.loads(v))) for k, v in
@@ -472,7 +565,7 @@ class Store:
             for aid, src in db.execute("SELECT id, source_ids FROM artifacts ORDER BY ord").fetchall():
                 ps = [p for (p,) in db.execute("SELECT parent FROM edges WHERE child = ? ORDER BY ord", (aid,))]
                 a = Artifact(aid, "", tuple(ps), frozenset(json.loads(src)), None, 0)
-                arts[aid] = a
+                arts[aid] = a.source_ids
                 rel.append((_sources_json(a, arts), aid))
             db.executemany("UPDATE artifacts SET source_ids = ? WHERE id = ?", rel)
             db.execute("DELETE FROM deltas")
