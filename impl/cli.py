@@ -243,7 +243,17 @@ def forget(db: Path = typer.Option(..., help="The session store."),
     out.print(table)
     for c in doc["compensation"]:
         console.print(f"[yellow]needs compensation[/yellow] {c['call_id']} ({c['tool']}): {c['reason']}")
+    trace = getattr(rt, "last_trace", None)  # the engine's event log (a real model), checked against the spec
+    if trace is not None:
+        violations = [str(v) for v in trace.violations()]
+        doc["trace"] = {"events": len(trace.events), "violations": violations}
+        verdict = "[green]allowed by the spec[/green]" if not violations else f"[red]{len(violations)} violations[/red]"
+        out.print(f"trace: {len(trace.events)} engine events, {verdict}")
+        for v in violations[:20]:
+            console.print(f"  {v}")
     _write_json(doc, json_path)
+    if trace is not None and violations:
+        raise typer.Exit(1)
 
 
 @app.command()

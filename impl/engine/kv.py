@@ -21,6 +21,7 @@ from transformers import DynamicCache
 
 from unsee.impl.engine.pages import PageKeys, page_layout
 from unsee.model.session import UnseeError
+from unsee.specs.traces import Append, Begin, Commit, Crop, Forward, RebuildBegin, RebuildEnd, Reset, StepEnd
 
 
 class ExactnessError(UnseeError, ValueError):
@@ -52,7 +53,11 @@ def check_exact_config(model) -> None:
 
 
 class KVEngine:
-    """One session's cache over a shared model. Counts forwards and tokens."""
+    """One session's cache over a shared model. Counts forwards and tokens.
+
+    `recorder`: None, or a list the engine appends its events to (`unsee.specs.traces`:
+    Forward, Crop, Reset, Append), in order, as it runs; `TorchLM.record_events` sets it.
+    Recording reads no tensor and changes no computation."""
 
     def __init__(self, model, device: torch.device, threads: int = 1) -> None:
         check_exact_config(model)
@@ -66,18 +71,23 @@ class KVEngine:
         self.tokens_prefilled = 0
         self.tokens_decoded = 0
         self.verify_seconds = 0.0  # prefills that check a reply's fixed point (reported, never asserted)
+        self.recorder: list | None = None
 
     def __len__(self) -> int:
         return self.cache.get_seq_length()
 
     @torch.inference_mode()
-    def _forward(self, ids: list[int]) -> None:
+    def _forward(self, ids: list[int], kind: str = "prefill") -> None:
+        if self.recorder is not None:
+            self.recorder.append(Forward(kind, len(self), len(ids)))
         input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)  # [1, S]
         out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True)
         self.logits = out.logits[0, -1].float()  # [V]
         self.forwards += 1
 
     def reset(self) -> None:
+        if self.recorder is not None:
+            self.recorder.append(Reset())
         self.release()
         self.cache = DynamicCache()
         self.logits = None
@@ -107,7 +117,7 @@ class KVEngine:
         for i in range(n):
             tok = self.choose(self.logits, None if draws is None else draws[i], temperature)
             out.append(tok)
-            self._forward([tok])
+            self._forward([tok], "decode")
             self.tokens_decoded += 1
         return tuple(out)
 
@@ -155,6 +165,8 @@ class KVEngine:
     @torch.inference_mode()
     def prefill_logits(self, ids) -> torch.Tensor:
         """One forward over a block, returning the logits at every position: [S, V]."""
+        if self.recorder is not None:
+            self.recorder.append(Forward("prefill", len(self), len(ids)))
         input_ids = torch.tensor([list(ids)], dtype=torch.long, device=self.device)
         out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True)
         self.forwards += 1
@@ -164,6 +176,8 @@ class KVEngine:
 
     def append_rows(self, source: DynamicCache, start: int, end: int) -> None:
         """Reuse positions [start, end) of another cache (a prefix-cache hit): no compute."""
+        if self.recorder is not None:
+            self.recorder.append(Append("rows", len(self), end - start))
         with torch.inference_mode():
             for layer, src in zip(self.cache.layers, source.layers):
                 layer.keys = torch.cat([layer.keys, src.keys[..., start:end, :]], dim=-2)
@@ -178,6 +192,8 @@ class KVEngine:
 
     def append_pages(self, pages) -> None:
         """Append K/V pages (as `rows` returns them) after the resident positions: no compute."""
+        if self.recorder is not None:
+            self.recorder.append(Append("pages", len(self), sum(p.shape[3] for p in pages)))
         with torch.inference_mode():
             block = torch.cat([p.to(self.device) for p in pages], dim=3)  # [L, 2, h, n, d]
             for i, layer in enumerate(self.cache.layers):
@@ -195,6 +211,8 @@ class KVEngine:
         n = len(self)
         if length > n:
             raise UnseeError(f"cannot crop a cache of {n} positions to {length}")
+        if self.recorder is not None:
+            self.recorder.append(Crop(length))
         if length == n:
             return
         for layer in self.cache.layers:
@@ -231,6 +249,7 @@ class KVEngine:
         """A branch with its own cache over the same model (for paired comparisons)."""
         other = KVEngine.__new__(KVEngine)
         other.__dict__.update(self.__dict__)
+        other.recorder = None  # a branch's events are not this cache's
         other.cache = copy.deepcopy(self.cache)
         other.logits = None if self.logits is None else self.logits.clone()
         return other
@@ -326,6 +345,19 @@ class TorchLM:
         self.passes = 0  # fixed-point prefills of replies
         self.drafts_ok, self.drafts_note = row_independence(self.engine)
 
+    # -- the event log (unsee.specs.traces) -------------------------------------------------
+    def record_events(self) -> list:
+        """Start a fresh event log: from now on the engine appends its forwards, crops, resets
+        and page reads to it, and this adapter its rebuild brackets, commits and transition
+        ends, until `stop_recording`. Returns the log (a list that grows as the engine runs).
+        `KVRuntime.forget` records every forget this way; `unsee.specs.traces.check` validates it."""
+        log = [Begin(len(self.bos), len(self.engine))]
+        self.engine.recorder = log
+        return log
+
+    def stop_recording(self) -> None:
+        self.engine.recorder = None
+
     # -- fast paths: opt-in, each reports what it guarantees where it is used -------------
     def prefix_cache(self, kv: KVRef, tokens):
         """B5′: a copy of the resident cache of `tokens`, for `prefill(reuse=...)`."""
@@ -413,6 +445,9 @@ class TorchLM:
         on the canonical schedule (each block's prompt as one forward, a model turn's header and
         reply as one forward each)."""
         tokens = list(tokens)
+        log = self.engine.recorder
+        if log is not None:
+            log.append(RebuildBegin())
         keys = self.keys.keys(tokens, blocks)
         keep = 0
         while keep < min(len(keys), len(self.chain)) and self.chain[keep][1] == keys[keep]:
@@ -441,6 +476,8 @@ class TorchLM:
         self.ctx = tokens
         self.chain = list(zip(blocks, keys))
         kv = self._ref()
+        if log is not None:
+            log.append(RebuildEnd(len(tokens)))
         if kv.length != len(tokens):
             raise UnseeError(f"re-materialized {kv.length} positions for {len(tokens)} recorded tokens")
         return kv, computed
@@ -470,6 +507,15 @@ class TorchLM:
         """Capture the K/V rows of every block of R_t not paged yet (each block once)."""
         if not self.resident(state.kv):
             raise UnseeError("after_step: the state's cache is not the resident one")
+        log = self.engine.recorder
+        if log is not None:
+            fresh = []  # the calls this transition committed: the ledger's tail
+            for e in reversed(state.ledger):
+                if e.turn != state.turn:
+                    break
+                fresh.append(Commit(state.turn, e.call_id, e.tool))
+            log += reversed(fresh)
+            log.append(StepEnd(state.turn, len(state.tokens)))
         keys = self.keys.keys(state.tokens, state.blocks)
         self.chain = list(zip(state.blocks, keys))
         if not self.kv_pages:

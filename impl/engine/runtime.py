@@ -16,6 +16,7 @@ from dataclasses import replace
 from unsee.model.runtime import ReferenceRuntime
 from unsee.model.session import UnseeError
 from unsee.model.state import Config, Meter
+from unsee.specs.traces import Fire, ForgetTrace, expectation
 
 
 class KVRuntime(ReferenceRuntime):
@@ -30,11 +31,28 @@ class KVRuntime(ReferenceRuntime):
         self.bundle = load(model, dtype=dtype, device=device)
         lm = TorchLM(self.bundle, threads=threads)
         lm.kv_pages = kv_pages
+        self.last_trace: ForgetTrace | None = None  # the event log of the last forget
         super().__init__(config, policy, lm)
 
     @property
     def engine(self):
         return self.model.engine
+
+    def forget(self, sources, method: str = "B7", checkpoint: int | None = None):
+        """The reference runtime's forget, with the engine's events recorded: `last_trace`
+        holds the log and its expectation; `last_trace.violations()` checks it against the
+        sequences the specification allows (`unsee.specs.traces`)."""
+        before = self.session
+        self.last_trace = None
+        log = self.model.record_events()
+        try:
+            receipt = super().forget(sources, method, checkpoint)
+        finally:
+            self.model.stop_recording()
+        known = {e.call_id for e in before.world}
+        log += [Fire(e.call_id, e.tool) for e in self.session.world if e.call_id not in known]
+        self.last_trace = ForgetTrace(tuple(log), expectation(before, receipt, forced=checkpoint is not None))
+        return receipt
 
     def branch(self) -> "KVRuntime":
         """A second runtime in exactly this state, with its own cache (for paired methods)."""
