@@ -111,7 +111,7 @@ def test_the_mutable_state_check_can_fail(tmp_path):
     assert mutable_globals(tmp_path) == ["model/bad.py: CACHE", "model/bad.py: SEEN"]
 
 
-CONCERNS = {"engine", "store", "experiments"}
+CONCERNS = {"engine", "store", "experiments", "integrations"}
 
 
 def test_every_impl_module_sits_in_a_folder_that_names_its_concern():
