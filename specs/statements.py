@@ -126,7 +126,8 @@ def graph_rows(g) -> tuple[set, set]:
     return nodes, set(g.edges)
 
 
-def _closure(g, sources) -> set:
+def graph_closure(g, sources) -> set:
+    """I(z) read off a runtime's graph(): the root nodes carrying a source, and their descendants."""
     roots = [n for n, d in g.nodes(data=True) if g.in_degree(n) == 0 and d["source_ids"] & set(sources)]
     out = set(roots)
     for r in roots:
@@ -153,7 +154,7 @@ def lemma2_taint_monotonicity(ob: Observed) -> None:
         nodes, edges = set(g.nodes), set(g.edges)
         require(prev_nodes <= nodes, f"Lemma 2(i): A_{t - 1} ⊄ A_{t}; lost {sorted(prev_nodes - nodes)[:5]}")
         require(prev_edges <= edges, f"Lemma 2(i): E_{t - 1} ⊄ E_{t}; lost {sorted(prev_edges - edges)[:5]}")
-        cur = _closure(g, ob.sources)
+        cur = graph_closure(g, ob.sources)
         lost = prev - cur
         require(not lost, f"Lemma 2(i): I_{t - 1}(z) ⊄ I_{t}(z); lost {sorted(lost)[:5]}")
         prev_nodes, prev_edges, prev = nodes, edges, cur
@@ -167,7 +168,7 @@ def lemma2_certifiable_boundary(ob: Observed) -> None:
     fixed under A2: a field is in I(z) exactly when it carries z).
     """
     g = ob.graphs[-1]
-    taint = _closure(g, ob.sources)
+    taint = graph_closure(g, ob.sources)
     for n, d in g.nodes(data=True):
         if g.in_degree(n) == 0:
             want = bool(d["source_ids"] & set(ob.sources))

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -96,3 +97,29 @@ def test_the_guides_example_command_works_verbatim():
     p = subprocess.run(["bash", "-c", cmd], cwd=ROOT / "docs" / "examples", capture_output=True, text=True,
                        timeout=600, env=env)
     assert p.returncode == 0 and "2 passed" in p.stdout, p.stdout + p.stderr
+
+
+def test_the_guides_state_machine_runs_on_the_example_and_rejects_a_mutant(monkeypatch):
+    """The guide's RuntimeMachine snippet, verbatim, on the from-scratch example; the same
+    machine on a broken forget operator raises the statement it breaks."""
+    from hypothesis import settings
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from unsee.specs import runtimes
+    from unsee.specs.machine import RuntimeMachine
+    from unsee.specs.statements import SpecViolation
+
+    monkeypatch.syspath_prepend(str(ROOT / "docs" / "examples"))
+    guide = (ROOT / "docs" / "verify-your-runtime.md").read_text()
+    code = next(c for c in re.findall(r"```python\n(.*?)```", guide, re.S) if "RuntimeMachine" in c)
+    ns: dict = {}
+    exec(code, ns)
+    quick = settings(max_examples=15, stateful_step_count=10, derandomize=True, deadline=None)
+    run_state_machine_as_test(ns["TinyRuntimeMachine"], settings=quick)
+
+    class Broken(RuntimeMachine):
+        def make_runtime(self, policy, sampling, seed):
+            return runtimes.crop_at_tau({"policy": policy, "sampling": sampling, "seed": seed})
+
+    with pytest.raises(SpecViolation):
+        run_state_machine_as_test(Broken, settings=settings(quick, max_examples=200))

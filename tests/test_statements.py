@@ -118,7 +118,7 @@ def test_a_graph_that_loses_an_edge_breaks_lemma2_i_even_when_the_closure_does_n
     u, v = next((u, v) for u, v in ob.graphs[2].edges if g.in_degree(v) > 1)  # v stays reachable
     g.remove_edge(u, v)
     ob.graphs[3] = g
-    assert S._closure(g, ob.sources) >= S._closure(ob.graphs[2], ob.sources)  # I(z) did not shrink
+    assert S.graph_closure(g, ob.sources) >= S.graph_closure(ob.graphs[2], ob.sources)  # I(z) did not shrink
     with pytest.raises(S.SpecViolation, match="E_2 ⊄ E_3"):
         S.lemma2_taint_monotonicity(ob)
 
