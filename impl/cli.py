@@ -431,15 +431,21 @@ def bench_cost_law(model: str = typer.Option("tiny-llama", help="Model name or p
                                                       "session and forget with `unsee forget` (B5, B7) in fresh processes."),
                    sweep_tau: bool = typer.Option(True, "--tau-sweep/--no-tau-sweep", help="Sweep τ (and the "
                                                   "forget cost against T); off: the indep sweep alone."),
+                   sweep_method: Optional[list[str]] = typer.Option(None, "--sweep-method", help="Methods of the τ "
+                                                                    "sweep (repeatable; default B5, B5', B7, B7-decode: "
+                                                                    "Algorithm 1 decoding every reply). B7 is always in."),
                    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
                    plot_path: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG of the sweeps here.")) -> None:
     """Sweep τ and indep; B5, B5′ and B7 on the same sessions; fit B7's cost to T−τ+1."""
-    from unsee.impl.experiments.bench import AGENT_SUFFIX, AGENT_T, cost_law, plot, sweep_taus
+    from unsee.impl.experiments.bench import AGENT_SUFFIX, AGENT_T, SWEEP_METHODS, cost_law, plot, sweep_taus
 
     try:
         fractions = [float(x) for x in _many(indep, "0,0.25,0.5,0.75,1")]
     except ValueError:
         _fail(ValueError(f"--indep must be comma-separated fractions, got {indep!r}"))
+    methods = tuple(dict.fromkeys(["B7", *_many(sweep_method, ",".join(SWEEP_METHODS))]))
+    if set(methods) - set(SWEEP_METHODS):
+        _fail(ValueError(f"--sweep-method takes {', '.join(SWEEP_METHODS)}; got {', '.join(methods)}"))
     shape = shape.value
     if cross_process and shape != "agent":
         _fail(ValueError("--cross-process measures the agent shape: add --shape agent"))
@@ -453,7 +459,7 @@ def bench_cost_law(model: str = typer.Option("tiny-llama", help="Model name or p
         total = len(sweep_taus(shape, T)) * sweep_tau + len(fractions) * (2 if cross_process else 1)
         task = p.add_task(f"cost law ({shape}) on {model}", total=total)
         doc = cost_law(model, T, fractions, reply, repeats, sizes, on_point=lambda: p.advance(task), shape=shape,
-                       cross=cross_process, sweep_tau=sweep_tau)
+                       cross=cross_process, sweep_tau=sweep_tau, sweep_methods=methods)
     agent = shape == "agent"
     if agent:
         sp = doc["system_prompt"]
@@ -461,12 +467,15 @@ def bench_cost_law(model: str = typer.Option("tiny-llama", help="Model name or p
                   f"T={T} observations, the target a tool result at τ=T−{AGENT_SUFFIX - 1}")
     what = f"{len(doc['tau_sweep'])} suffixes" if agent else "every τ"
     t = Table(title=f"τ sweep ({shape}, {what}), T={T} ({model}): tokens recomputed (prefilled+decoded), transitions")
-    for c in ("τ", "T−τ+1", "B5", "B5′", "B7", "B7 transitions", "B7 s (median)", "B5 s (median)"):
+    for c in ("τ", "T−τ+1", "B5", "B5′", "B7", "B7-decode", "B7 transitions", "B7 s (median)", "B5 s (median)"):
         t.add_column(c, justify="right")
+
+    def cell(r, m, key="recomputed", fmt=str):
+        return fmt(r[m][key]) if m in r else "–"
     for r in doc["tau_sweep"]:
-        t.add_row(str(r["tau"]), str(r["suffix"]), str(r["B5"]["recomputed"]), str(r["B5'"]["recomputed"]),
-                  str(r["B7"]["recomputed"]), str(r["B7"]["transitions"]), f"{r['B7']['seconds_median']:.3f}",
-                  f"{r['B5']['seconds_median']:.3f}")
+        t.add_row(str(r["tau"]), str(r["suffix"]), cell(r, "B5"), cell(r, "B5'"), cell(r, "B7"), cell(r, "B7-decode"),
+                  cell(r, "B7", "transitions"), cell(r, "B7", "seconds_median", "{:.3f}".format),
+                  cell(r, "B5", "seconds_median", "{:.3f}".format))
     if doc["tau_sweep"]:
         out.print(t)
     t2 = Table(title=f"indep sweep at T={doc['paper_shape']['T']}, τ={doc['paper_shape']['tau']}: tokens decoded "
@@ -486,6 +495,11 @@ def bench_cost_law(model: str = typer.Option("tiny-llama", help="Model name or p
     if f:
         out.print(f"B7 recomputed tokens = {f['slope']:.2f}·(T−τ+1) + {f['intercept']:.1f}, R² = {f['r2']:.5f}; "
                   f"transitions R² = {doc['fit_transitions']['r2']:.5f}")
+    a1 = doc.get("fit_algorithm1")
+    if a1:
+        out.print(f"B7-decode (Algorithm 1, every reply decoded) = {a1['slope']:.2f}·(T−τ+1) + {a1['intercept']:.1f}, "
+                  f"R² = {a1['r2']:.5f}; B7's drafts skip the replies the target did not change, so its cost also "
+                  "depends on which those are")
     fd = doc["fit_decoded_vs_indep"]
     if fd:
         out.print(f"B7 tokens decoded = {fd['slope']:.1f}·indep + {fd['intercept']:.1f}, R² = {fd['r2']:.4f} "

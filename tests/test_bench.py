@@ -186,6 +186,10 @@ def test_agent_shape_in_process_counts(agent_sweep):
     xs = [r["suffix"] for r in agent_sweep]
     assert fit(xs, [r["B7"]["recomputed"] for r in agent_sweep])["r2"] >= 0.99
     assert fit(xs, [r["B7"]["transitions"] for r in agent_sweep])["r2"] == pytest.approx(1.0)
+    # Algorithm 1 as written decodes every post-τ reply: the same transitions, no reply skipped
+    for r in agent_sweep:
+        assert r["B7-decode"]["transitions"] == r["B7"]["transitions"] and r["B7-decode"]["replies_skipped"] == 0
+    assert fit(xs, [r["B7-decode"]["recomputed"] for r in agent_sweep])["r2"] >= 0.99
 
 
 def test_agent_shape_indep_sweep_is_exact_at_suffix_12():

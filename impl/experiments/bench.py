@@ -304,6 +304,8 @@ def _measure(live, method: str, independent=frozenset(), repeats: int = 1) -> tu
             rt.session, r = full_reset(rt.session, ["z"], prefix_cache=True)
         elif method == "B7":
             rt.session, r = selective_replay(rt.session, ["z"])
+        elif method == "B7-decode":  # Algorithm 1 as written: every post-τ reply decoded, no drafts
+            rt.session, r = selective_replay(rt.session, ["z"], drafts=False)
         else:  # B7-oracle: the labelled comparison that trusts the independence marking
             rt.session, r = selective_replay(rt.session, ["z"], independent=independent, mode=method.split("-")[1])
         times.append(time.perf_counter() - t0)
@@ -349,13 +351,19 @@ def sweep_taus(shape: str, T: int, suffixes=AGENT_SUFFIXES) -> list[int]:
     return [T - s + 1 for s in reversed(keep)]
 
 
-def tau_sweep(model: str, T: int, reply: int, repeats: int, on_point=None, shape: str = "short") -> list[dict]:
+# The τ sweep's methods: B7 as shipped (recorded replies as drafts, each checked by F) and
+# B7-decode (Algorithm 1 as written: every post-τ reply decoded), against B5 and B5′.
+SWEEP_METHODS = ("B5", "B5'", "B7", "B7-decode")
+
+
+def tau_sweep(model: str, T: int, reply: int, repeats: int, on_point=None, shape: str = "short",
+              methods=SWEEP_METHODS) -> list[dict]:
     rows = []
     for tau in sweep_taus(shape, T):
         obs, _ = SHAPES[shape](T, tau, 0.0, reply)
         live = live_session(model, obs, reply)
         row = {"tau": tau, "suffix": T - tau + 1}
-        for m in ("B5", "B5'", "B7"):
+        for m in methods:
             row[m], _ = _measure(live, m, repeats=repeats)
         rows.append(row)
         if on_point:
@@ -550,7 +558,7 @@ def _ratio(a, b):
 
 def cost_law(model: str = "tiny-llama", T: int = 16, indeps=(0.0, 0.25, 0.5, 0.75, 1.0), reply: int = 8,
              repeats: int = 3, closure_sizes=(10**3, 10**4, 10**5, 10**6), on_point=None, shape: str = "short",
-             cross: bool = False, workdir=None, sweep_tau: bool = True) -> dict:
+             cross: bool = False, workdir=None, sweep_tau: bool = True, sweep_methods=SWEEP_METHODS) -> dict:
     """shape "short": cost_session, every τ, the paper's shape 12 turns past the target.
     shape "agent": agent_session, a few τ (AGENT_SUFFIXES), the target 12 turns before the end
     (suffix 12); with cross=True, B5 and B7 also forget it in fresh processes (`cross_process`)."""
@@ -560,10 +568,14 @@ def cost_law(model: str = "tiny-llama", T: int = 16, indeps=(0.0, 0.25, 0.5, 0.7
         raise ValueError("the cross-process run is measured at the agent shape (--shape agent)")
     if shape == "agent" and T < AGENT_SUFFIX + 1:
         raise ValueError(f"the agent shape needs T >= {AGENT_SUFFIX + 1} (a system prompt and {AGENT_SUFFIX} turns)")
-    taus = tau_sweep(model, T, reply, repeats, on_point, shape) if sweep_tau else []
+    unknown = set(sweep_methods) - set(SWEEP_METHODS)
+    if unknown or "B7" not in sweep_methods:
+        raise ValueError(f"the τ sweep measures B7 and any of {', '.join(SWEEP_METHODS)}; got {list(sweep_methods)}")
+    taus = tau_sweep(model, T, reply, repeats, on_point, shape, tuple(sweep_methods)) if sweep_tau else []
     xs = [r["suffix"] for r in taus]
     f_tok = fit(xs, [r["B7"]["recomputed"] for r in taus]) if taus else None
     f_tr = fit(xs, [r["B7"]["transitions"] for r in taus]) if taus else None
+    f_alg1 = fit(xs, [r["B7-decode"]["recomputed"] for r in taus]) if taus and "B7-decode" in sweep_methods else None
     if shape == "short":
         paper_T = max(T, PAPER_SUFFIX + 1)
         paper_tau = paper_T - PAPER_SUFFIX  # the paper's shape: 12 turns past the target
@@ -577,6 +589,7 @@ def cost_law(model: str = "tiny-llama", T: int = 16, indeps=(0.0, 0.25, 0.5, 0.7
         "model": model, "shape": shape, "T": T, "reply_tokens": reply, "repeats": repeats,
         "tau_sweep": taus, "indep_sweep": rows,
         "fit": f_tok and {**f_tok, "of": "B7 recomputed tokens vs T-tau+1"}, "fit_transitions": f_tr,
+        "fit_algorithm1": f_alg1 and {**f_alg1, "of": "B7-decode (every reply decoded) recomputed tokens vs T-tau+1"},
         "paper_shape": {"T": paper_T, "tau": paper_tau, "indep": half["indep"], "suffix": paper_T - paper_tau + 1},
         "ratio_full_reset": half["B5"]["recomputed"] / half["B7"]["recomputed"],
         "ratio_prefix_cached": half["B5'"]["recomputed"] / half["B7"]["recomputed"],
@@ -630,8 +643,8 @@ def plot(doc: dict, path) -> list[str]:
     agent = doc.get("shape", "short") == "agent"
     sweep = sorted(doc["tau_sweep"], key=lambda r: r["suffix"] if agent else r["tau"])
     xs = [r["suffix"] if agent else r["tau"] for r in sweep]
-    for m, style in (("B5", "s-"), ("B5'", "^-"), ("B7", "o-")):
-        if sweep:
+    for m, style in (("B5", "s-"), ("B5'", "^-"), ("B7", "o-"), ("B7-decode", "x--")):
+        if sweep and m in sweep[0]:
             ax[0].plot(xs, [r[m]["recomputed"] for r in sweep], style, label=m)
     if not sweep:
         pass
@@ -644,8 +657,10 @@ def plot(doc: dict, path) -> list[str]:
         ax[0].set_xlabel("injection step τ")
     if sweep:
         ax[0].set_ylabel("tokens recomputed")
+        a1 = doc.get("fit_algorithm1")
         ax[0].set_title(f"cost vs τ ({doc.get('shape', 'short')}, T={doc['T']}, {doc['model']}); "
-                        f"B7 fit R²={doc['fit']['r2']:.4f}", fontsize=9)
+                        f"B7 fit R²={doc['fit']['r2']:.4f}" + (f", B7-decode R²={a1['r2']:.4f}" if a1 else ""),
+                        fontsize=9)
         ax[0].legend()
     ind = [r["indep"] for r in doc["indep_sweep"]]
     for m, style in (("B5", "s-"), ("B5'", "^-"), ("B7", "o-"), ("B7-oracle", "d--")):
