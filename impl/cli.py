@@ -66,8 +66,19 @@ def _progress() -> Progress:
 
 @app.command()
 def prove(max_steps: int = typer.Option(16, help="Bounded obligations check every T up to this."),
-          json_path: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here.")) -> None:
-    """Discharge every Z3 obligation: proved, counterexample or unknown (unknown fails)."""
+          json_path: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
+          code: bool = typer.Option(False, "--code", help="Instead of the Z3 obligations, run CrossHair on the "
+                                    "functions of unsee.model under their contracts, each with a broken copy."),
+          budget: float = typer.Option(60.0, help="With --code: CPU seconds per contract at most (a ceiling; "
+                                       "each contract's path cap is the budget a normal run uses)."),
+          paths: Optional[int] = typer.Option(None, help="With --code: explore at most this many paths per contract "
+                                              "instead of each contract's own cap (0: no cap, only --budget)."),
+          jobs: int = typer.Option(2, help="With --code: processes to spread the contracts over.")) -> None:
+    """Discharge every Z3 obligation: proved, counterexample or unknown (unknown fails). With --code,
+    check the code itself: exhausted, no counterexample or counterexample; a broken copy must be refuted."""
+    if code:
+        _prove_code(json_path, budget, paths, jobs)
+        return
     from unsee.proofs.obligations import ENCODING_CHECKS, OBLIGATIONS, run_all
 
     if max_steps < 1:
@@ -90,6 +101,52 @@ def prove(max_steps: int = typer.Option(16, help="Bounded obligations check ever
         for o in doc["obligations"]:
             if o["result"] != "proved":
                 console.print(f"[red]{o['name']}: {o['result']}[/red] {o.get('detail', '')}\n{o.get('model', '')}")
+        raise typer.Exit(1)
+
+
+def _prove_code(json_path: Optional[Path], budget: float, paths: Optional[int], jobs: int) -> None:
+    """`prove --code`: each function of unsee.model under its contract, and its broken copy."""
+    from rich.markup import escape
+
+    from unsee.proofs.code import COUNTEREXAMPLE, EXHAUSTED, NO_COUNTEREXAMPLE, PROOFS, run_all
+
+    if budget <= 0:
+        raise typer.BadParameter("--budget must be positive")
+    if paths is not None and paths < 0:
+        raise typer.BadParameter("--paths must be at least 0")
+    if jobs < 1:
+        raise typer.BadParameter("--jobs must be at least 1")
+    with _progress() as p:
+        task = p.add_task("CrossHair", total=len(PROOFS))
+        doc = run_all(budget, paths, jobs, on_result=lambda r: p.advance(task))
+    doc["paths_override"] = paths
+    colors = {EXHAUSTED: "green", NO_COUNTEREXAMPLE: "yellow"}
+    cap_words = "each contract's path cap" if paths is None else f"at most {paths} paths" if paths else "no path cap"
+    table = Table(title=f"CrossHair on unsee.model ({cap_words}, at most {budget:g} CPU s per contract)")
+    for col in ("function", "result", "paths", "seconds", "broken copy", "paths ", "seconds "):
+        table.add_column(col, justify="left" if col in ("function", "result", "broken copy") else "right", overflow="fold")
+    for f in doc["functions"]:
+        b = f["broken"]
+        real_color = colors.get(f["result"], "red")
+        broken_color = "green" if b["result"] == COUNTEREXAMPLE else "red"
+        cap = f"/{f['path_cap']}" if f["path_cap"] else ""
+        table.add_row(f["name"].rsplit(".", 1)[-1], f"[{real_color}]{f['result']}[/{real_color}]",
+                      f"{f['paths']}{cap}", f"{f['seconds']:.1f}",
+                      f"[{broken_color}]{'refuted' if b['result'] == COUNTEREXAMPLE else 'NOT refuted: ' + b['result']}[/{broken_color}]",
+                      str(b["paths"]), f"{b['seconds']:.1f}")
+    out.print(table)
+    for f in doc["functions"]:
+        out.print(f"[bold]{f['name']}[/bold] ({escape(f['bounds'])})\n  contract: {escape(f['contract'])}\n"
+                  f"  broken copy: {escape(f['broken']['mutation'])}\n"
+                  f"  its counterexample: {escape(f['broken'].get('counterexample', '—'))}", soft_wrap=True)
+    _write_json(doc, json_path)
+    if not doc["all_ok"]:
+        for f in doc["functions"]:
+            if f["result"] not in (EXHAUSTED, NO_COUNTEREXAMPLE):
+                console.print(f"[red]{f['name']}: {f['result']}[/red] {escape(f.get('counterexample', f['stopped']))}")
+            if f["broken"]["result"] != COUNTEREXAMPLE:
+                console.print(f"[red]{f['name']}: its broken copy was not refuted ({f['broken']['result']}, "
+                              f"{f['broken']['stopped']}): the contract may be too weak[/red]")
         raise typer.Exit(1)
 
 

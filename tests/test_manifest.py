@@ -3,6 +3,7 @@
 import ast
 from pathlib import Path
 
+from unsee.proofs.code import PROOFS as CODE_PROOFS
 from unsee.proofs.obligations import ENCODING_CHECKS, OBLIGATIONS
 from unsee.specs import statements
 from unsee.specs.manifest import MANIFEST
@@ -23,6 +24,8 @@ def test_every_manifest_name_exists():
         assert callable(getattr(statements, row["spec"], None)), f"{row['statement']}: no spec {row['spec']}"
         for p in row["proofs"]:
             assert p in obligation_names, f"{row['statement']}: no obligation {p}"
+        for f in row["code"]:
+            assert f in {c.name for c in CODE_PROOFS}, f"{row['statement']}: no code-level check of {f}"
         for p in row.get("encoding_checks", ()):
             assert p in {o.__name__ for o in ENCODING_CHECKS}, f"{row['statement']}: no encoding check {p}"
         assert row["tests"], f"{row['statement']}: no test runs it"
@@ -38,3 +41,4 @@ def test_no_spec_or_obligation_is_left_out():
     listed_proofs = {p for row in MANIFEST for p in row["proofs"]}
     assert {o.__name__ for o in OBLIGATIONS} == listed_proofs
     assert {o.__name__ for o in ENCODING_CHECKS} == {p for row in MANIFEST for p in row.get("encoding_checks", ())}
+    assert {c.name for c in CODE_PROOFS} == {f for row in MANIFEST for f in row["code"]}

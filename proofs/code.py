@@ -1,0 +1,522 @@
+"""Proofs about the code that runs: CrossHair on the pure functions of `unsee.model`.
+
+The Z3 obligations (`unsee.proofs.obligations`) are about an abstract F. These are about the
+Python that Algorithm 1 executes. Each entry of PROOFS puts one function of `unsee.model`
+under a contract written from the paper's definitions (never by calling the function again):
+
+  first_entry        τ: the step at which z first enters (z ∈ o_τ, z ∉ o_t for t < τ), located
+                     on the provenance graph that a recorded session (`run`) produced;
+  sanitize           o \\ {z}: no span of z is left, every other span kept verbatim (A2);
+  taint_closure      I(z) = {a : z ⇝_G a} on the graph `provenance_graph` builds;
+  choose_checkpoint  c* = argmax{c ∈ C : boundary(c) < τ}: clean, and the latest such;
+  restore            restoring a checkpoint of a recorded session gives R_boundary in every
+                     layer, the cache included, with the checkpoint's prompt manifest and offset.
+
+Inputs are symbolic within small bounds (each entry's `bounds`: at most 3 steps, 3 spans,
+3 artifacts, 4 checkpoints, 2 recorded observations). Each contract is also checked on a
+deliberately broken copy of its function, which must come back as a counterexample: a
+contract that no broken copy can fail would prove nothing (non-vacuity, like the refuted
+statements of the Z3 obligations).
+
+Budget: a cap on the paths CrossHair explores per contract (`CodeProof.paths`; deterministic:
+CrossHair's search is seeded) and a ceiling of CPU seconds per contract (`budget`, default 60)
+that a run on a slow machine may hit first; the result says which one stopped it. Results:
+
+  exhausted          CrossHair explored every path through the function and its contract
+                     under the preconditions: for inputs within the bounds, a proof;
+  no counterexample  the budget ran out first: every path explored held, not all were explored;
+  counterexample     an input within the bounds breaks the contract (it is reported);
+  vacuous, error     no input met the preconditions, or the contract could not be read.
+
+Only the first two are acceptable for the real functions; only the third for a broken copy.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from unsee.model.session import (
+    Checkpoint,
+    choose_checkpoint,
+    first_entry,
+    locate_source,
+    provenance_graph,
+    restore,
+    run,
+    sanitize,
+    suffix_closure,
+    taint_closure,
+)
+from unsee.model.state import Artifact, Config, Meter, Observation, Part, State
+
+EXHAUSTED, NO_COUNTEREXAMPLE, COUNTEREXAMPLE = "exhausted", "no counterexample", "counterexample"
+VACUOUS, ERROR = "vacuous", "error"
+BUDGET_SECONDS = 60.0  # per contract: a ceiling; the path caps are the budget a normal run uses
+PER_PATH_SECONDS = 10.0
+
+Z = "z"  # the forget target
+NAMES = (Z, "a")  # source ids by index: 0 is the target
+
+
+# --- τ: first_entry (Algorithm 1, lines 1–2) ---------------------------------------------
+
+ABSENT, ENTERS, HIDDEN = 0, 1, 2  # what step t's observation holds of z
+
+
+def entry_stream(entries: tuple[int, ...]) -> tuple[Observation, ...]:
+    """One user turn per step; ENTERS adds a span of z that F reads, HIDDEN a span of z that
+    exists only in the world without another target (F does not read it)."""
+    out = []
+    for t, e in enumerate(entries, 1):
+        parts = (Part(f"u{t}", f"turn {t}"),)
+        if e == ENTERS:
+            parts += (Part(Z, "alice lives at elm street"),)
+        elif e == HIDDEN:
+            parts += (Part(Z, "alice lives at oak street", instead_of="y"),)
+        out.append(Observation("user", parts))
+    return tuple(out)
+
+
+def tau_pre(entries) -> bool:
+    return len(entries) <= 3 and all(e in (ABSENT, ENTERS, HIDDEN) for e in entries) and ENTERS in entries
+
+
+def tau_post(entries, tau) -> bool:
+    """τ ≥ 1 is the step at which z first enters: z ∈ o_τ and z ∉ o_t for every t < τ (a span of z
+    that F does not read, shown only in a world without another target, is not an entry)."""
+    return 1 <= tau <= len(entries) and entries[tau - 1] == ENTERS and ENTERS not in entries[:tau - 1]
+
+
+def located_tau(entries: tuple[int, ...]) -> int:
+    """
+    pre: tau_pre(entries)
+    post: tau_post(entries, __return__)
+    """
+    s = run(entry_stream(entries))
+    return first_entry(s, locate_source(s, Z))
+
+
+def broken_first_entry(s, source_artifacts) -> int:
+    """first_entry taking the last entry of z instead of the first."""
+    by_id = {a.id: a for a in s.state.artifacts}
+    return max(by_id[a].turn for a in source_artifacts)
+
+
+def located_tau_broken(entries: tuple[int, ...]) -> int:
+    """
+    pre: tau_pre(entries)
+    post: tau_post(entries, __return__)
+    """
+    s = run(entry_stream(entries))
+    return broken_first_entry(s, locate_source(s, Z))
+
+
+# --- o \ {z}: sanitize (line 7) ----------------------------------------------------------
+
+def spans(sources, instead) -> tuple[Part, ...]:
+    """Span k comes from NAMES[sources[k]]; instead[k] ≥ 0 makes it stand instead of NAMES[instead[k]]
+    (another source than its own)."""
+    return tuple(Part(NAMES[s], f"span {k}", None if i < 0 else NAMES[i]) for k, (s, i) in enumerate(zip(sources, instead)))
+
+
+def sanitize_pre(sources, instead, reply) -> bool:
+    return (len(sources) <= 3 and len(instead) == len(sources) and all(0 <= s < len(NAMES) for s in sources)
+            and all(-1 <= i < len(NAMES) and i != s for s, i in zip(sources, instead)) and reply >= 0)
+
+
+def sanitize_post(sources, instead, reply, compact, o) -> bool:
+    """o \\ {z}: no span of z is left (read now or shown later); every other span is kept verbatim
+    and in order, a span that stood instead of z is now shown; kind, reply, tool and compaction
+    are unchanged (A2: õ_t = o^{-z}_t)."""
+    kept = [k for k, s in enumerate(sources) if NAMES[s] != Z]
+    return (Z not in {p.source for p in o.parts}
+            and [(p.source, p.text) for p in o.parts] == [(NAMES[sources[k]], f"span {k}") for k in kept]
+            and [p.instead_of for p in o.parts] == [None if instead[k] < 0 or NAMES[instead[k]] == Z
+                                                     else NAMES[instead[k]] for k in kept]
+            and (o.kind, o.reply, o.tool, o.compact) == ("tool", reply, None, compact))
+
+
+def sanitized(sources: tuple[int, ...], instead: tuple[int, ...], reply: int, compact: bool) -> Observation:
+    """
+    pre: sanitize_pre(sources, instead, reply)
+    post: sanitize_post(sources, instead, reply, compact, __return__)
+    """
+    return sanitize(Observation("tool", spans(sources, instead), reply=reply, compact=compact), (Z,))
+
+
+def broken_sanitize(obs: Observation, sources) -> Observation:
+    """sanitize removing only the spans of z that F reads now: a span of z that stood instead of
+    another target stays in the log (and would enter once that target is forgotten)."""
+    z = frozenset(sources)
+    parts = tuple(replace(p, instead_of=None) if p.instead_of in z else p
+                  for p in obs.parts if p.source not in z or p.instead_of is not None)
+    return replace(obs, parts=parts)
+
+
+def sanitized_broken(sources: tuple[int, ...], instead: tuple[int, ...], reply: int, compact: bool) -> Observation:
+    """
+    pre: sanitize_pre(sources, instead, reply)
+    post: sanitize_post(sources, instead, reply, compact, __return__)
+    """
+    return broken_sanitize(Observation("tool", spans(sources, instead), reply=reply, compact=compact), (Z,))
+
+
+# --- I(z): taint_closure (line 3) on small graphs ----------------------------------------
+
+def graph_state(edges, seeds) -> State:
+    """Artifact i is a{i}; edges[i][j] (j < i) records a data-flow edge a{j} → a{i}; seeds[i]
+    makes a{i} a source of z. Parents always precede their children, as in a recorded session."""
+    arts = []
+    for i, row in enumerate(edges):
+        parents = tuple(f"a{j}" for j in range(i) if row[j])
+        arts.append(Artifact(f"a{i}", "block", parents, frozenset({Z}) if seeds[i] else frozenset(), None, i))
+    return State(Config(), artifacts=tuple(arts))
+
+
+def closure_pre(edges, seeds) -> bool:
+    """z's source artifacts are recorded observation fields: inputs, with no parents."""
+    return (len(edges) <= 3 and len(seeds) == len(edges) and all(len(row) == i for i, row in enumerate(edges))
+            and not any(seeds[i] and any(row) for i, row in enumerate(edges)))
+
+
+def closure_post(edges, seeds, closure) -> bool:
+    """I(z) = {a : z ⇝_G a}, the least set that holds the sources and is closed under the recorded
+    edges: it holds every source, every child of a member is a member, and (parents precede
+    children) every other member has a parent that is a member; no other artifact is in it."""
+    n = len(edges)
+    inside = [f"a{i}" in closure for i in range(n)]
+    return (set(closure) <= {f"a{i}" for i in range(n)}
+            and all(inside[i] for i in range(n) if seeds[i])
+            and all(inside[i] for i in range(n) for j in range(i) if edges[i][j] and inside[j])
+            and all(seeds[i] or any(edges[i][j] and inside[j] for j in range(i)) for i in range(n) if inside[i]))
+
+
+def seeds_of(seeds) -> list[str]:
+    return [f"a{i}" for i in range(len(seeds)) if seeds[i]]
+
+
+def tainted(edges: tuple[tuple[bool, ...], ...], seeds: tuple[bool, ...]) -> set[str]:
+    """
+    pre: closure_pre(edges, seeds)
+    post: closure_post(edges, seeds, __return__)
+    """
+    return taint_closure(provenance_graph(graph_state(edges, seeds)), seeds_of(seeds))
+
+
+def broken_taint_closure(graph, source_artifacts) -> set[str]:
+    """taint_closure following one edge only: the sources and their direct children."""
+    out: set[str] = set()
+    for a in source_artifacts:
+        out.add(a)
+        out |= set(graph.successors(a))
+    return out
+
+
+def tainted_broken(edges: tuple[tuple[bool, ...], ...], seeds: tuple[bool, ...]) -> set[str]:
+    """
+    pre: closure_pre(edges, seeds)
+    post: closure_post(edges, seeds, __return__)
+    """
+    return broken_taint_closure(provenance_graph(graph_state(edges, seeds)), seeds_of(seeds))
+
+
+
+
+def tainted_one_pass(edges: tuple[tuple[bool, ...], ...], seeds: tuple[bool, ...]) -> set[str]:
+    """
+    pre: closure_pre(edges, seeds)
+    post: closure_post(edges, seeds, __return__)
+    """
+    return suffix_closure(graph_state(edges, seeds).artifacts, seeds_of(seeds))
+
+
+def broken_suffix_closure(artifacts, source_artifacts) -> set[str]:
+    """the one-pass closure starting one artifact late: a child right after the first source is missed."""
+    out = set(source_artifacts)
+    first = min((i for i, a in enumerate(artifacts) if a.id in out), default=len(artifacts))
+    for a in artifacts[first + 2:]:
+        if a.id not in out and any(p in out for p in a.parents):
+            out.add(a.id)
+    return out
+
+
+def tainted_one_pass_broken(edges: tuple[tuple[bool, ...], ...], seeds: tuple[bool, ...]) -> set[str]:
+    """
+    pre: closure_pre(edges, seeds)
+    post: closure_post(edges, seeds, __return__)
+    """
+    return broken_suffix_closure(graph_state(edges, seeds).artifacts, seeds_of(seeds))
+
+# --- c*: choose_checkpoint (line 4) ------------------------------------------------------
+
+def checkpoints_at(boundaries) -> tuple[Checkpoint, ...]:
+    return tuple(Checkpoint(b, 0, "kv:session", "env", ()) for b in boundaries)
+
+
+def checkpoint_pre(boundaries, tau) -> bool:
+    return tau >= 1 and len(boundaries) <= 4 and all(b >= 0 for b in boundaries) and any(b < tau for b in boundaries)
+
+
+def checkpoint_post(boundaries, tau, chosen) -> bool:
+    """c* = argmax{c ∈ C : boundary(c) < τ}: a checkpoint of C at a boundary ≤ τ−1 (the clean
+    prefix, Lemma 1) with no checkpoint of C between it and τ (so τ−1 itself when C has it)."""
+    return chosen in boundaries and chosen <= tau - 1 and not any(chosen < b <= tau - 1 for b in boundaries)
+
+
+def chosen_boundary(boundaries: tuple[int, ...], tau: int) -> int:
+    """
+    pre: checkpoint_pre(boundaries, tau)
+    post: checkpoint_post(boundaries, tau, __return__)
+    """
+    return choose_checkpoint(checkpoints_at(boundaries), tau).boundary
+
+
+def broken_choose_checkpoint(checkpoints, tau: int) -> Checkpoint:
+    """choose_checkpoint admitting a checkpoint at τ itself (after τ−1: z is in its state)."""
+    return max((c for c in checkpoints if c.boundary <= tau), key=lambda c: c.boundary)
+
+
+def chosen_boundary_broken(boundaries: tuple[int, ...], tau: int) -> int:
+    """
+    pre: checkpoint_pre(boundaries, tau)
+    post: checkpoint_post(boundaries, tau, __return__)
+    """
+    return broken_choose_checkpoint(checkpoints_at(boundaries), tau).boundary
+
+
+# --- R_{τ−1}: restore (line 5) -----------------------------------------------------------
+
+TEMPLATES = (  # what a recorded observation may be: each exercises a different layer
+    Observation("user", (Part("u", "plan the trip"),), reply=1),  # a decoded reply
+    Observation("memory", (Part(Z, "alice lives at elm street"),)),  # a memory record
+    Observation("user", (Part("u", "send it"),), tool="send"),  # a pending plan, committed next step
+    Observation("user", (Part("u", "summarize"),), reply=1, compact=True),  # a rebuilt context
+)
+
+
+def restore_pre(shape) -> bool:
+    return len(shape) <= 2 and all(0 <= k < len(TEMPLATES) for k in shape)
+
+
+def restore_post(recorded) -> bool:
+    """Restoring checkpoint c gives R_boundary(c) in every layer (Theorem 1's base: R̃_{τ−1} =
+    R_{τ−1}), the cache included (cropping is restoring), and the context that c's prompt
+    manifest and token offset name."""
+    s, restored = recorded
+    return len(restored) == len(s.checkpoints) and all(
+        r == s.states[c.boundary] and tuple(b.artifact for b in r.blocks) == c.manifest and len(r.tokens) == c.token_offset
+        for c, r in zip(s.checkpoints, restored))
+
+
+def restored_states(shape: tuple[int, ...]):
+    """
+    pre: restore_pre(shape)
+    post: restore_post(__return__)
+    """
+    s = run([TEMPLATES[k] for k in shape])
+    return s, tuple(restore(s, c, Meter()) for c in s.checkpoints)
+
+
+def broken_restore(s, c: Checkpoint, meter: Meter) -> State:
+    """restore whose crop keeps the cache one manifest block short (the tokens are right, so the
+    store's own check, which compares every layer but the cache, does not see it)."""
+    stored = s.states[c.boundary]
+    live = s.state
+    env = dict(s.snapshots)[c.env_snapshot]
+    if s.lm.resident(live.kv) and tuple(b.artifact for b in live.blocks[: len(c.manifest)]) == c.manifest:
+        short = live.blocks[len(c.manifest) - 1].start if c.manifest else 0
+        tokens, kv = live.tokens[: c.token_offset], s.lm.crop(live.kv, short)
+    else:
+        tokens = stored.tokens
+        kv, computed = s.lm.rebuild(tokens, stored.blocks)
+        meter.tokens_rematerialized += computed
+    return replace(stored, tokens=tokens, kv=kv, env=env)
+
+
+def restored_states_broken(shape: tuple[int, ...]):
+    """
+    pre: restore_pre(shape)
+    post: restore_post(__return__)
+    """
+    s = run([TEMPLATES[k] for k in shape])
+    return s, tuple(broken_restore(s, c, Meter()) for c in s.checkpoints)
+
+
+# --- the table and the runner ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CodeProof:
+    name: str  # the function under contract
+    contract: str
+    bounds: str
+    check: Callable  # the real function under its contract
+    broken: Callable  # a deliberately broken copy under the same contract
+    mutation: str
+    paths: int  # the path cap: the deterministic budget
+
+
+PROOFS = (
+    CodeProof("unsee.model.session.first_entry", tau_post.__doc__,
+              "every recorded stream of ≤ 3 steps, z absent, entering or hidden at each (through run, locate_source)",
+              located_tau, located_tau_broken, broken_first_entry.__doc__, 120),
+    CodeProof("unsee.model.session.sanitize", sanitize_post.__doc__,
+              "≤ 3 spans, each from z or another source, standing instead of the other or of none; "
+              "any reply length, compact or not",
+              sanitized, sanitized_broken, broken_sanitize.__doc__, 250),
+    CodeProof("unsee.model.session.taint_closure", closure_post.__doc__,
+              "every DAG on ≤ 3 artifacts, every set of parentless sources (through provenance_graph)",
+              tainted, tainted_broken, broken_taint_closure.__doc__, 150),
+    CodeProof("unsee.model.session.suffix_closure", closure_post.__doc__,
+              "every DAG on ≤ 3 artifacts, every set of parentless sources (the one pass B7 runs)",
+              tainted_one_pass, tainted_one_pass_broken, broken_suffix_closure.__doc__, 150),
+    CodeProof("unsee.model.session.choose_checkpoint", checkpoint_post.__doc__,
+              "≤ 4 checkpoints at any boundaries ≥ 0, any τ ≥ 1 with one before it",
+              chosen_boundary, chosen_boundary_broken, broken_choose_checkpoint.__doc__, 150),
+    CodeProof("unsee.model.session.restore", restore_post.__doc__,
+              "every checkpoint of every recorded session of ≤ 2 observations (reply, memory, send, compact)",
+              restored_states, restored_states_broken, broken_restore.__doc__, 100),
+)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    result: str
+    paths: int
+    seconds: float
+    stopped: str  # "exhausted", "path cap", "time budget", or "counterexample"
+    counterexample: str | None = None
+
+    def to_json(self) -> dict:
+        d = {"result": self.result, "paths": self.paths, "stopped": self.stopped, "seconds": round(self.seconds, 3)}
+        if self.counterexample:
+            d["counterexample"] = self.counterexample
+        return d
+
+
+@dataclass(frozen=True)
+class CodeResult:
+    name: str
+    contract: str
+    bounds: str
+    path_cap: int
+    real: Outcome
+    mutation: str
+    broken: Outcome
+
+    @property
+    def ok(self) -> bool:
+        return self.real.result in (EXHAUSTED, NO_COUNTEREXAMPLE) and self.broken.result == COUNTEREXAMPLE
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "contract": " ".join(self.contract.split()), "bounds": self.bounds,
+                "path_cap": self.path_cap or None, **self.real.to_json(),
+                "broken": {"mutation": " ".join(self.mutation.split()), **self.broken.to_json()}}
+
+
+def shorten(message: str, limit: int = 200) -> str:
+    """CrossHair's message names the call and what it returned; a recorded session is long."""
+    head, sep, ret = message.partition(" (which returns ")
+    if sep and len(ret) > limit:
+        return f"{head}{sep}{ret[:limit]} …)"
+    return message
+
+
+def analyze(fn: Callable, paths: int | None, budget: float) -> Outcome:
+    """Run CrossHair on one function's PEP 316 contract; paths=None leaves only the time budget."""
+    from unittest import mock
+
+    import crosshair.core_and_libs  # noqa: F401  (registers CrossHair's models of the standard library)
+    from crosshair import core
+    from crosshair.core import analyze_function, run_checkables
+    from crosshair.options import AnalysisKind, AnalysisOptionSet
+    from crosshair.statespace import MessageType
+
+    stats: collections.Counter = collections.Counter()
+    options = AnalysisOptionSet(analysis_kind=[AnalysisKind.PEP316], max_iterations=paths or 10**9,
+                                per_condition_timeout=budget, per_path_timeout=min(PER_PATH_SECONDS, budget),
+                                max_uninteresting_iterations=0, stats=stats)
+    t0 = time.perf_counter()
+    # The options are all given here; CrossHair's reader of option comments in the source cannot
+    # open the namespace package `unsee` of an editable install, so it is not consulted.
+    with mock.patch.object(core, "collect_options", lambda thing: AnalysisOptionSet()):
+        messages = run_checkables(analyze_function(fn, options))
+    seconds = time.perf_counter() - t0
+    n = stats["num_paths"]
+    kinds = {m.state for m in messages}
+    failed = [m for m in messages if m.state in (MessageType.POST_FAIL, MessageType.POST_ERR, MessageType.EXEC_ERR)]
+    if failed:
+        return Outcome(COUNTEREXAMPLE, n, seconds, "counterexample", shorten(failed[0].message))
+    if MessageType.PRE_UNSAT in kinds:
+        return Outcome(VACUOUS, n, seconds, "precondition never met")
+    if kinds - {MessageType.CONFIRMED, MessageType.CANNOT_CONFIRM} or not messages:
+        return Outcome(ERROR, n, seconds, "no analysis", "; ".join(m.message for m in messages) or "no contract found")
+    if kinds == {MessageType.CONFIRMED}:
+        return Outcome(EXHAUSTED, n, seconds, "exhausted")
+    return Outcome(NO_COUNTEREXAMPLE, n, seconds, "path cap" if paths and n >= paths else "time budget")
+
+
+def warm_up() -> None:
+    """One concrete call of each checked function before CrossHair runs: networkx compiles its
+    dispatch wrappers on first use, which CrossHair's patched builtins would otherwise interrupt."""
+    located_tau((ABSENT, ENTERS))
+    sanitized((0, 1), (-1, 0), 0, False)
+    tainted(((), (True,)), (True, False))
+    chosen_boundary((0, 1), 2)
+    restored_states((0,))
+
+
+def analyze_entry(index: int, which: str, budget: float = BUDGET_SECONDS, paths: int | None = None) -> Outcome:
+    """One half of PROOFS[index]: "real" (the function) or "broken" (its broken copy). `paths`
+    overrides the entry's cap (0: no cap, only the time budget)."""
+    proof = PROOFS[index]
+    warm_up()
+    cap = proof.paths if paths is None else (paths or None)
+    return analyze(proof.check if which == "real" else proof.broken, cap, budget)
+
+
+def result_of(index: int, real: Outcome, broken: Outcome, paths: int | None = None) -> CodeResult:
+    proof = PROOFS[index]
+    cap = proof.paths if paths is None else paths
+    return CodeResult(proof.name, proof.contract, proof.bounds, cap, real, proof.mutation, broken)
+
+
+def check(index: int, budget: float = BUDGET_SECONDS, paths: int | None = None) -> CodeResult:
+    """The real function and its broken copy of PROOFS[index] under one contract."""
+    return result_of(index, analyze_entry(index, "real", budget, paths), analyze_entry(index, "broken", budget, paths),
+                     paths)
+
+
+def run_all(budget: float = BUDGET_SECONDS, paths: int | None = None, jobs: int = 1, on_result=None) -> dict:
+    """Every entry of PROOFS, the halves spread over `jobs` processes (the results do not depend
+    on it: each analysis is seeded and capped on its own)."""
+    halves = [(i, which) for i in range(len(PROOFS)) for which in ("real", "broken")]
+    done: dict[tuple[int, str], Outcome] = {}
+    results: dict[int, CodeResult] = {}
+
+    def record(key, outcome):
+        done[key] = outcome
+        i = key[0]
+        if (i, "real") in done and (i, "broken") in done:
+            results[i] = result_of(i, done[(i, "real")], done[(i, "broken")], paths)
+            if on_result is not None:
+                on_result(results[i])
+
+    if jobs <= 1:
+        for key in halves:
+            record(key, analyze_entry(*key, budget, paths))
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        # fork where there is one: a spawned worker would re-import the caller's main module
+        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context(method)) as pool:
+            futures = {pool.submit(analyze_entry, *key, budget, paths): key for key in halves}
+            for f in as_completed(futures):
+                record(futures[f], f.result())
+    ordered = [results[i] for i in range(len(PROOFS))]
+    return {"all_ok": all(r.ok for r in ordered), "budget_seconds": budget, "jobs": jobs,
+            "functions": [r.to_json() for r in ordered]}
