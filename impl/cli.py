@@ -372,7 +372,14 @@ def audit(suite: str = typer.Option("memory", help="agentdojo | agentdojo:<suite
           seed: int = typer.Option(0, help="Episode and sampling seed."),
           tokens: int = typer.Option(24, help="Tokens decoded per reply, probe and sample."),
           json_path: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
-          markdown: Optional[Path] = typer.Option(None, help="Write the tables as Markdown here.")) -> None:
+          markdown: Optional[Path] = typer.Option(None, help="Write the tables as Markdown here."),
+          workers: int = typer.Option(1, help="Episodes run in this many processes at once (each loads the model "
+                                      "once); the results are the serial run's."),
+          ray: Optional[str] = typer.Option(None, "--ray", help="Run the episodes as tasks on the Ray cluster at "
+                                            "this address ('auto', 'ray://host:port'; 'local' starts one here). "
+                                            "Needs the ray extra."),
+          decode: str = typer.Option("batched", help="batched: each method's probes and Leak@5 samples decode as "
+                                     "one batch; serial: one at a time (for comparison).")) -> None:
     """Apply B0–B9 to the same contaminated states and audit each against B5."""
     from unsee.impl.experiments.audit import run_audit
     from unsee.impl.experiments.baselines import METHODS
@@ -382,17 +389,23 @@ def audit(suite: str = typer.Option("memory", help="agentdojo | agentdojo:<suite
     bad = [m for m in chosen if m not in METHODS]
     if bad or n < 1:
         _fail(ValueError(f"unknown method(s) {bad}; choose from {', '.join(METHODS)}" if bad else "--n must be >= 1"))
+    if workers < 1 or decode not in ("batched", "serial"):
+        _fail(ValueError("--workers must be at least 1" if workers < 1 else "--decode is batched or serial"))
     with _progress() as p:
         task = p.add_task(f"audit {suite} on {model}", total=n)
         try:
             doc = run_audit(model, suite, n, chosen, seed, tokens,
-                            on_episode=lambda i, name: p.update(task, completed=i, description=f"audit {name}"))
-        except ValueError as e:
+                            on_episode=lambda i, name: p.update(task, completed=i, description=f"audit {name}"),
+                            workers=workers, ray=ray, batch=decode == "batched")
+        except (ValueError, ImportError) as e:
             _fail(e)
     for tab in audit_tabs(doc):
         out.print(rich_table(tab))
     out.print(f"{audit_floor_line(doc)}; B7 identical to B5 in every cell: "
               f"{doc['tests'].get('B7', {}).get('identical_to_B5')}")
+    r = doc["run"]
+    out.print(f"{n} episodes in {r['seconds']} s ({r['episodes_per_hour']} episodes/hour; "
+              f"{'Ray' if ray else f'{workers} worker(s)'}, {decode} decode)")
     _write_json(doc, json_path)
     if markdown is not None:
         markdown.write_text(audit_markdown(doc))

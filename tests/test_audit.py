@@ -71,3 +71,98 @@ def test_audit_command_on_an_agentdojo_episode(tmp_path):
     strip = lambda d: {k: v for k, v in d.items() if k not in ("transitions", "leak_at_5_independent")}  # noqa: E731
     assert strip(m["B1"]) == strip(m["B0"])  # no memory record held the injection
     assert "Table 4" in md.read_text()
+    floor = doc["floor"]
+    for k in ("exact_leak", "action_leak", "any_leak", "leak_at_probes", "leak_at_5"):
+        assert (k in doc["floor_flags"]) == bool(floor[k]), k  # a non-zero floor is flagged, a zero one is not
+    assert all(c["valid"] == bool(c["needles"]) for c in doc["cases"]) and len(doc["cases"]) == 1
+
+
+# --- needles and floors ---------------------------------------------------------------------
+
+def _with_clean_mention(case, text):
+    """The case with one more benign user turn (not from the target source) that says `text`."""
+    from dataclasses import replace
+
+    from unsee.model.state import Observation, Part
+
+    return replace(case, observations=case.observations + [Observation("user", (Part("extra", text),))])
+
+
+def test_a_needle_the_counterfactual_stream_holds_is_dropped():
+    from unsee.impl.experiments.cases import counterfactual_text, validate_needles
+
+    case = memory_case(1, kind="iban", reply=6)
+    assert case.valid and case.needles[0] not in counterfactual_text(case.observations, case.sources)
+    echoed = validate_needles(_with_clean_mention(case, f"Ref: {case.needles[0].lower()}!"))
+    assert echoed.needles == [] and echoed.dropped == case.needles and not echoed.valid
+    # the target's own observation does not count: only o^{-z} does
+    assert validate_needles(case).needles == case.needles
+    # nor may a needle sit in the audit's own prompts
+    assert validate_needles(case, extra=[f"say {case.needles[0]}"]).needles == []
+
+
+def test_a_needle_whose_token_the_counterfactual_holds_is_dropped():
+    """A word template hashes words to ids: a clean word with the needle's id makes the needle
+    indistinguishable at the model's resolution; the check leaves the template's memo as it was."""
+    from unsee.impl.engine.models import load
+    from unsee.impl.experiments.cases import validate_needles
+
+    tmpl = load("tiny-llama").template
+    case = memory_case(1, kind="iban", reply=6)
+    target = tmpl.encode_raw(case.needles[0])
+    twin = next(w for w in (f"word{i}" for i in range(100000)) if tmpl.encode_raw(w) == target)
+    collided = _with_clean_mention(case, f"the code is {twin}")
+    before = dict(tmpl.words)
+    assert validate_needles(collided).needles == case.needles  # distinct as strings
+    assert validate_needles(collided, template=tmpl).needles == []  # one id to the model
+    assert tmpl.words == before
+
+
+def test_an_episode_without_a_valid_needle_has_no_leak_values(tmp_path):
+    from unsee.impl.experiments.audit import LEAK_KEYS, summarize
+    from unsee.impl.experiments.cases import validate_needles
+    from unsee.impl.experiments.reports import audit_markdown
+
+    case = validate_needles(_with_clean_mention(memory_case(1, kind="iban", reply=6), memory_case(1, kind="iban").needles[0]))
+    assert not case.valid
+    live = KVRuntime("tiny-llama", Config(summary_tokens=4, plan_tokens=4))
+    for o in case.observations:
+        live.step(o)
+    res = audit_episode(live, case, ["B0", "B7"], n_tokens=4)
+    for m in ("B0", "B5", "B7"):
+        assert all(res[m][k] is None for k in LEAK_KEYS)
+        assert all(v is None for v in res[m]["probes"].values())
+        assert res[m]["divergence_tv"] is not None and res[m]["cad"] is not None
+    assert res["B0"]["divergence_tv"] > 0
+    doc = summarize("tiny-llama", "memory", 1, {m: [r] for m, r in res.items()},
+                    [{"name": case.name, "needles": [], "dropped_needles": case.dropped, "valid": False}])
+    assert doc["invalid_cases"] == [case.name] and doc["n_leak"] == 0
+    assert doc["methods"]["B0"]["any_leak"] is None
+    assert case.name in audit_markdown(doc)
+
+
+def _row(leak: float, kl: float = 0.0) -> dict:
+    return {"exact_leak": leak, "action_leak": 0.0, "any_leak": leak, "cad": 0.0, "utility": 1.0,
+            "leak_at_probes": 0.0, "probes": {p: (leak if p == "direct" else 0.0) for p in
+                                              ("task", "direct", "think", "introspect", "enumerate", "cued")},
+            "leak_at_5": 0.0, "leak_at_5_independent": 0.0,
+            "action_leak_by_sink": {"routing": 0.0, "selection": 0.0, "free_text": 0.0},
+            "divergence_kl": kl, "divergence_tv": kl, "transitions": None}
+
+
+def test_a_non_zero_floor_is_flagged_in_json_and_every_table():
+    from unsee.impl.experiments.audit import summarize
+    from unsee.impl.experiments.reports import FLAG, audit_floor_line, audit_markdown, audit_tabs
+
+    rows = {"B5": [_row(1.0), _row(0.0)], "B0": [_row(1.0, 0.1), _row(1.0, 0.2)]}
+    doc = summarize("m", "memory", 2, rows)
+    assert doc["floor_flags"] == doc["floor"]["flags"] == ["exact_leak", "any_leak", "probes.direct"]
+    assert doc["methods"]["B0"]["vs_floor"]["exact_leak"] == pytest.approx(0.5)
+    tab1 = next(t for t in audit_tabs(doc) if t.title.startswith("Table 1"))
+    assert tab1.columns[1] == f"exact_leak {FLAG}" and tab1.columns[2] == "action_leak"
+    assert tab1.rows[0][0] == "B5 (floor)" and "Δ" in tab1.rows[1][1] and any("exact_leak = 0.5" in x for x in tab1.notes)
+    probes = next(t for t in audit_tabs(doc) if t.title == "Leak per probe")
+    assert f"direct {FLAG}" in probes.columns
+    assert "exact_leak" in audit_floor_line(doc) and "non-zero floor" in audit_markdown(doc)
+    clean = summarize("m", "memory", 2, {"B5": [_row(0.0)] * 2, "B0": [_row(1.0, 0.1)] * 2})
+    assert clean["floor_flags"] == [] and FLAG not in audit_markdown(clean)

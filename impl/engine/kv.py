@@ -121,6 +121,99 @@ class KVEngine:
             self.tokens_decoded += 1
         return tuple(out)
 
+    @torch.inference_mode()
+    def decode_rows(self, prompts, n: int, draws=None, temperature: float = 1.0, max_bytes: int = 1 << 30):
+        """Many replies after this cache as one batch: row r prefills `prompts[r]` and decodes n
+        tokens, greedy or sampled with `draws[r]` (None or n draws), as `decode` does on a copy.
+        This cache is left as it was.
+
+        Each distinct prompt is prefilled once, at batch size 1 and on the same cache, so its
+        next-token logits are `probe`'s bit for bit. Then every row is decoded together, one
+        forward of batch size B per token, with per-row positions and a padding mask over the
+        prompt region (rows' prompts differ in length). The decode forwards have another shape
+        than B separate ones, so their bits may differ from a one-at-a-time decode; two
+        bit-identical caches give bit-identical rows under the same prompts and draws. Rows go in
+        batches whose cache stays under `max_bytes` (a long context holds fewer rows at once).
+        Returns (tokens per row, {prompt tuple: next-token logits [V] after it})."""
+        prompts = [tuple(int(t) for t in p) for p in prompts]
+        draws = [None] * len(prompts) if draws is None else list(draws)
+        if len(draws) != len(prompts):
+            raise UnseeError(f"decode_rows: {len(prompts)} prompts but {len(draws)} draw lists")
+        if not prompts:
+            return [], {}
+        work = self.clone()
+        c = len(work)
+        first, tails = {}, {}
+        for p in dict.fromkeys(prompts):
+            if not p:
+                if self.logits is None:
+                    raise UnseeError("decode needs logits from a prefill first (prefill a header)")
+                first[p], tails[p] = self.logits.clone(), None
+                continue
+            work._forward(list(p))
+            first[p] = work.logits.clone()
+            tails[p] = [(k[..., c:, :].clone(), v[..., c:, :].clone()) for k, v in work.kv_tensors()]
+            work.crop(c, fresh_storage=False)
+        if n == 0:
+            work.release()
+            return [() for _ in prompts], first
+        layers = [layer for layer in work.cache.layers
+                  if getattr(layer, "is_initialized", False) and layer.keys is not None]
+        context = [(layer.keys[..., :c, :], layer.values[..., :c, :]) for layer in layers]
+        width = max(len(p) for p in prompts)
+        per_row = sum(2 * k.shape[1] * k.shape[3] * k.element_size() for k, _ in context) * (c + width + n)
+        size = max(1, min(len(prompts), max_bytes // max(per_row, 1)))  # rows per batch: a function of the
+        out: list = []  # cache's length and the prompts only, so two equal caches batch the same way
+        for lo in range(0, len(prompts), size):
+            out += self._decode_batch(work, layers, context, c, prompts[lo:lo + size], draws[lo:lo + size],
+                                      tails, first, n, temperature)
+        for layer in layers:
+            layer.keys, layer.values = context[layers.index(layer)]
+        for tail in tails.values():
+            for k, v in tail or ():
+                k.zero_()
+                v.zero_()
+        work.release()
+        return out, first
+
+    def _decode_batch(self, work, layers, context, c, prompts, draws, tails, first, n, temperature):
+        """`decode_rows` for one batch of rows, in `work`'s cache layers (left holding the batch)."""
+        b, width = len(prompts), max(len(p) for p in prompts)
+        lengths = torch.tensor([len(p) for p in prompts], device=self.device)
+        for i, layer in enumerate(layers):
+            batched = []
+            for t in context[i]:
+                x = t.new_zeros((b, t.shape[1], c + width, t.shape[3]))
+                x[:, :, :c] = t
+                batched.append(x)
+            for r, p in enumerate(prompts):
+                if tails[p] is not None:
+                    batched[0][r, :, c:c + len(p)] = tails[p][i][0][0]
+                    batched[1][r, :, c:c + len(p)] = tails[p][i][1][0]
+            if layer.keys.data_ptr() != context[i][0].data_ptr():
+                layer.keys.zero_()
+                layer.values.zero_()
+            layer.keys, layer.values = batched
+        mask = (torch.arange(c + width, device=self.device)[None, :] < (c + lengths)[:, None]).long()  # [B, c+w]
+        positions = (c + lengths)[:, None]  # [B, 1]: where each row's first decoded token sits
+        logits = torch.stack([first[p] for p in prompts])  # [B, V]
+        out: list[list[int]] = [[] for _ in prompts]
+        for j in range(n):
+            for r in range(b):
+                out[r].append(self.choose(logits[r], None if draws[r] is None else draws[r][j], temperature))
+            if j == n - 1:
+                break  # the last token's logits are never read
+            mask = torch.cat([mask, mask.new_ones((b, 1))], dim=1)
+            ids = torch.tensor([[row[-1]] for row in out], dtype=torch.long, device=self.device)
+            res = self.model(input_ids=ids, attention_mask=mask, position_ids=positions + j,
+                             cache=work.cache, use_cache=True)
+            logits = res.logits[:, -1].float()
+            work.forwards += 1
+        for layer in layers:
+            layer.keys.zero_()
+            layer.values.zero_()
+        return [tuple(row) for row in out]
+
     def fixed_point(self, n: int, draws=None, draft=None, exact_rows: bool = True) -> tuple[tuple[int, ...], int, int]:
         """F's reply of n tokens: the unique x with x_i = choice(row i−1 of the n-token prefill
         of x) (row −1: the header's last row). Row i of a prefill does not read the tokens after

@@ -1,0 +1,131 @@
+"""Audit throughput without changing a result: batched decoding of one method's probes and
+Leak@5 samples, episodes in worker processes and on a (local) Ray cluster."""
+
+import pytest
+import torch
+
+from unsee.impl.engine import kv as K
+from unsee.impl.engine.runtime import KVRuntime
+from unsee.impl.experiments.audit import (LEAK_TEMPERATURE, audit_episode, own_memo, probe_prompts, run_audit,
+                                          sample_draws)
+from unsee.impl.experiments.baselines import apply
+from unsee.impl.experiments.cases import memory_case
+from unsee.model import Config
+
+N = 6
+
+
+@pytest.fixture(scope="module")
+def contaminated():
+    case = memory_case(2, kind="address", reply=6)
+    live = KVRuntime("tiny-llama", Config(summary_tokens=6, plan_tokens=6))
+    for o in case.observations:
+        live.step(o)
+    return live, case
+
+
+def _rows(rt, case):
+    lm = rt.model
+    ps = [lm.encode("user", p) + lm.header("reply") for p in probe_prompts(case)]
+    return ps + [ps[1]] * 4, [None] * len(ps) + [sample_draws(3, i, N) for i in range(4)]
+
+
+def _decode_rows_logging(engine, prompts, draws, monkeypatch, max_bytes=1 << 30):
+    """decode_rows, with every row of logits it chooses from (step-major, then row)."""
+    seen = []
+    choose = K.KVEngine.choose
+    monkeypatch.setattr(K.KVEngine, "choose", staticmethod(
+        lambda logits, draw=None, temperature=1.0: (seen.append(logits.clone()), choose(logits, draw, temperature))[1]))
+    toks, first = engine.decode_rows(prompts, N, draws, LEAK_TEMPERATURE, max_bytes=max_bytes)
+    monkeypatch.setattr(K.KVEngine, "choose", staticmethod(choose))
+    return toks, first, seen
+
+
+@pytest.mark.parametrize("max_bytes", [1 << 30, 1], ids=["one-batch", "row-by-row"])
+def test_b7_and_b5_rows_are_bit_identical_in_one_batch_shape(contaminated, monkeypatch, max_bytes):
+    live, case = contaminated
+    out = {}
+    for m in ("B5", "B7", "B0"):
+        rt, _ = apply(m, live, case.sources, case.texts)
+        prompts, draws = _rows(rt, case)
+        out[m] = _decode_rows_logging(rt.model.engine, prompts, draws, monkeypatch, max_bytes)
+    (t5, f5, s5), (t7, f7, s7), (t0, _, s0) = out["B5"], out["B7"], out["B0"]
+    assert t5 == t7 and len(t5) == 10 and all(len(r) == N for r in t5)
+    assert f5.keys() == f7.keys() and all(torch.equal(f5[p], f7[p]) for p in f5)
+    assert len(s5) == len(s7) == 10 * N and all(torch.equal(a, b) for a, b in zip(s5, s7))
+    assert not all(torch.equal(a, b) for a, b in zip(s5, s0))  # B0 still holds the target: another cache
+
+
+def test_batched_decode_matches_one_at_a_time(contaminated, monkeypatch):
+    """Prompt logits are probe()'s bit for bit; each decode step's logits equal, to float32
+    rounding, those of feeding the same tokens one row at a time (a batch of B rows is another
+    matmul shape, so bits may differ there); the tokens are decode()'s."""
+    live, case = contaminated
+    eng = live.model.engine
+    prompts, draws = _rows(live, case)
+    toks, first, seen = _decode_rows_logging(eng, prompts, draws, monkeypatch)
+    for p in first:
+        assert torch.equal(first[p], eng.probe(p))
+    b = len(prompts)
+    for r, (p, d) in enumerate(zip(prompts, draws)):
+        e = eng.clone()
+        e.prefill(p)
+        for j in range(N):
+            assert torch.allclose(seen[j * b + r], e.logits, rtol=0, atol=1e-4), (r, j)
+            e._forward([toks[r][j]])
+        e.release()
+        e = eng.clone()
+        e.prefill(p)
+        assert e.decode(N, d, LEAK_TEMPERATURE) == toks[r]
+        e.release()
+    assert len(eng.decode_rows(prompts, 0)[0]) == b
+
+
+def test_batched_and_serial_audits_agree(contaminated):
+    live, case = contaminated
+    methods = ["B0", "B3", "B7", "B8", "B9"]
+    assert audit_episode(live, case, methods, n_tokens=N, seed=1, batch=True) == \
+        audit_episode(live, case, methods, n_tokens=N, seed=1, batch=False)
+
+
+def test_an_episode_detokenizes_with_its_own_memo():
+    from unsee.impl.engine.models import load
+
+    tmpl = load("tiny-llama").template
+    tmpl.encode_raw("somewordthisprocesssaw")
+    before = dict(tmpl.words)
+    with own_memo(tmpl):
+        assert tmpl.words == {}
+        tmpl.encode_raw("anotherword")
+    assert tmpl.words == before
+
+
+METHODS = ("B0", "B2", "B7")
+
+
+def _strip(doc: dict) -> dict:
+    return {k: v for k, v in doc.items() if k != "run"}
+
+
+@pytest.fixture(scope="module")
+def serial():
+    return run_audit("tiny-llama", "memory", 2, METHODS, seed=4, n_tokens=4)
+
+
+def test_workers_give_the_serial_result(serial):
+    par = run_audit("tiny-llama", "memory", 2, METHODS, seed=4, n_tokens=4, workers=2)
+    assert par["run"]["workers"] == 2 and serial["run"]["workers"] == 1
+    assert _strip(par) == _strip(serial)
+    assert [c["name"] for c in par["cases"]] == ["memory-iban-4", "memory-preference-5"]
+
+
+def test_a_local_two_worker_ray_cluster_gives_the_serial_result(serial):
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        assert ray.cluster_resources()["CPU"] == 2
+        doc = run_audit("tiny-llama", "memory", 2, METHODS, seed=4, n_tokens=4, ray="local")
+    finally:
+        ray.shutdown()
+    assert doc["run"]["ray"] == "local"
+    assert _strip(doc) == _strip(serial)
