@@ -51,3 +51,31 @@ def test_a_format_1_store_is_migrated_in_place_and_stays_exact(tmp_path):
     unsee("forget", "--db", db, "--source", "addr", "--json", receipt)
     assert json.loads(receipt.read_text())["transitions"] == 5
     unsee("check", "--db", db)
+
+
+def test_a_forget_decodes_only_the_states_it_needs(tmp_path):
+    """Opening a stored session builds no R_t; a forget 12 turns from the end builds R_c, the
+    states whose recorded replies it hands the replay as drafts, and R_T: a count that does
+    not grow with T. The forgotten session equals a full reset's, so nothing was skipped."""
+    from unsee.impl.store.session import forget_stored
+
+    built = {}
+    for T in (40, 160):
+        rt = make_runtime("reference")
+        for o in store_session(T, T - 11):
+            rt.step(o)
+        db = tmp_path / f"T{T}.db"
+        Store(db, create=True).save(rt.session, "reference", dict(rt.digest()))
+        st = Store(db)
+        opened = open_runtime(st)
+        deltas = opened.session.states.deltas
+        assert len(deltas.cache) == 1  # R_T only (its cache marked absent)
+        live, doc = forget_stored(st, ["z"], rt=opened, head=st.meta("chain_head"))
+        built[T] = len(deltas.cache)
+        assert doc["transitions"] == 12
+        twin = make_runtime("reference")
+        for o in store_session(T, T - 11):
+            twin.step(o.without(frozenset({"z"})))
+        assert dict(live.digest()) == dict(twin.digest())
+        st.close()
+    assert built[40] == built[160] == 13, built  # R_c and the 12 states after it
