@@ -25,6 +25,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 TINY = ("tiny-llama", "tiny-qwen2", "tiny-mistral")
+# Trained here and shipped with the package (unsee.impl.engine.organism_train): name → weights folder.
+ORGANISMS = {"recall-tiny": Path(__file__).resolve().parent / "organism_weights"}
 ROLES = {"system": "system", "user": "user", "memory": "system", "tool": "user"}
 PREFIX = {"memory": "Memory: ", "tool": "Tool result: "}
 # What the scaffold prefills before the model writes a tool call or a memory write-back.
@@ -153,6 +155,15 @@ def smollm2_path() -> Path:
     if not ggufs:
         raise UnknownModel(f"no .gguf file in {folder}")
     return ggufs[0]
+
+
+def organism_path(name: str) -> Path:
+    """The shipped weights of a model trained here (`unsee.impl.engine.organism_train`)."""
+    folder = ORGANISMS[name]
+    if not (folder / "model.safetensors").is_file():
+        raise UnknownModel(f"{name}: no weights in {folder}; train them with "
+                           f"`python -m unsee.impl.engine.organism_train --out {folder}` (see its model card)")
+    return folder
 
 
 # The converted-weights cache. Transformers de-quantizes a GGUF file on every load (~20 s for
@@ -389,7 +400,7 @@ _CACHE: dict = {}
 
 
 def load(name: str, dtype: str = "float32", device: str | None = None, attn: str = "eager") -> Bundle:
-    """tiny-llama | tiny-qwen2 | tiny-mistral | smollm2 | a local folder | a .gguf file."""
+    """tiny-llama | tiny-qwen2 | tiny-mistral | recall-tiny | smollm2 | a local folder | a .gguf file."""
     key = (name, dtype, device, attn)
     if key in _CACHE:
         return _CACHE[key]
@@ -401,10 +412,12 @@ def load(name: str, dtype: str = "float32", device: str | None = None, attn: str
         b = tiny(name, dt, device, attn)
     elif name == "smollm2":
         b = from_path(smollm2_path(), name, dt, device, attn)
+    elif name in ORGANISMS:
+        b = from_path(organism_path(name), name, dt, device, attn)
     elif Path(name).exists():
         b = from_path(Path(name), name, dt, device, attn)
     else:
-        raise UnknownModel(f"unknown model {name!r}: use one of {', '.join(TINY)}, smollm2, "
+        raise UnknownModel(f"unknown model {name!r}: use one of {', '.join(TINY + tuple(ORGANISMS))}, smollm2, "
                            "a local model folder or a .gguf file")
     b.load_seconds = time.perf_counter() - started
     _CACHE[key] = b

@@ -1,0 +1,232 @@
+"""Train recall-tiny: a byte-level BPE tokenizer and a small Llama on the transcripts of `data`.
+
+    python -m unsee.impl.engine.organism_train --out DIR [--steps N] [--minutes M]
+
+Deterministic: one process, one thread, fixed seeds, `torch.use_deterministic_algorithms`,
+episodes drawn by index (step · batch + i), the learning-rate schedule a function of the step
+alone. The same command on the same torch build gives the same weights; `--minutes` only
+stops early (then the result depends on the machine's speed, and the log says so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+
+from unsee.impl.engine import organism_data as D
+
+SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+VOCAB = 2048
+CORPUS_EPISODES = 4000
+MAX_LEN = 896
+ARCH = dict(hidden_size=192, intermediate_size=512, num_hidden_layers=4, num_attention_heads=6,
+            num_key_value_heads=3, max_position_embeddings=2048, rope_theta=10000.0, tie_word_embeddings=True)
+EVAL_START = 10_000_000  # held-out episode seeds start here; training draws from 0 up
+
+
+def build_tokenizer(episodes: int = CORPUS_EPISODES, vocab: int = VOCAB):
+    """A byte-level BPE (any text encodes; no unknown token) trained on the generator's texts."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from unsee.impl.engine.models import HEADERS, PREFIX, ROLES
+
+    texts = D.corpus(episodes)
+    scaffold = [f"<|im_start|>{r}\n{PREFIX.get(k, '')}" for k, r in ROLES.items()] + \
+               [f"<|im_start|>assistant\n{h}" for h in HEADERS.values()]
+    texts += scaffold * 200
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab, min_frequency=2, special_tokens=list(SPECIAL),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=SPECIAL[0], eos_token=SPECIAL[2],
+                                   pad_token=SPECIAL[0], unk_token=None)
+    fast.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+                          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    return fast
+
+
+def new_model(vocab: int, seed: int = 0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, bos_token_id=0, eos_token_id=2, pad_token_id=0, **ARCH)
+    cfg._attn_implementation = "eager"
+    return LlamaForCausalLM(cfg)
+
+
+def sequences(template, seeds, max_len: int = MAX_LEN):
+    """Every training sequence of these episodes: (token ids, loss weights), cut to max_len."""
+    out = []
+    for s in seeds:
+        done, _ = D.render(D.episode(s), template)
+        out += [(ids[:max_len], w[:max_len]) for ids, w in done]
+    return out
+
+
+COPY_KEYS = ("home address", "IBAN", "phone", "email", "favourite colour", "birthday", "code", "city", "provider",
+             "name", "account", "link")
+
+
+def copy_sequences(template, step: int, k: int):
+    """k short sequences that teach copying from context (the induction circuit recall needs):
+    repeat a random value, or recall the value of one key among several "key value" lines.
+    Drawn from `step` alone. Loss on the copy."""
+    import random
+
+    rng = random.Random(f"copy:{step}")
+    kinds = ("address", "iban", "phone", "email", "birthday", "colour", "never", "url", "preference")
+    out = []
+    for _ in range(k):
+        vals = [D.value(rng, rng.choice(kinds)) for _ in range(rng.randint(2, 5))]
+        if rng.random() < 0.3:  # random strings of tokens from the whole vocabulary
+            vals = [template.detokenize([rng.randrange(3, 2000) for _ in range(rng.randint(2, 8))]) for _ in vals]
+        if rng.random() < 0.4:
+            q, a = "Repeat: " + vals[0], vals[0]
+        else:
+            keys = rng.sample(COPY_KEYS, len(vals))
+            q = "; ".join(f"{key} {v}" for key, v in zip(keys, vals))
+            j = rng.randrange(len(vals))
+            q, a = f"{q}. What is the {keys[j]}?", vals[j]
+        ids = list(template.bos()) + list(template.block("user", q)) + list(template.header("reply"))
+        ans = list(template.encode_raw(a)) + list(template.encode_raw("<|im_end|>"))
+        out.append((ids + ans, [0.0] * len(ids) + [1.0] * len(ans)))
+    return out
+
+
+def batches(seqs, budget: int = 4096):
+    """Sequences sorted by length and grouped so that rows × width ≤ budget (little padding).
+    Yields token ids [B, S] and loss weights [B, S] (weight of predicting token s from s − 1)."""
+    seqs = sorted(seqs, key=lambda s: (len(s[0]), s[0]))
+    group: list = []
+    for s in seqs + [None]:
+        if s is not None and (not group or (len(group) + 1) * len(s[0]) <= budget):
+            group.append(s)
+            continue
+        width = max(len(ids) for ids, _ in group)
+        x = torch.zeros(len(group), width, dtype=torch.long)
+        w = torch.zeros(len(group), width)
+        for i, (ids, ws) in enumerate(group):
+            x[i, :len(ids)] = torch.tensor(ids)
+            w[i, :len(ws)] = torch.tensor(ws)
+        yield x, w
+        group = [s]
+
+
+def loss_sum(model, x, w):
+    """Σ weight · NLL over the batch, and Σ weight."""
+    logits = model(input_ids=x).logits[:, :-1].float()
+    tgt, wt = x[:, 1:], w[:, 1:]
+    nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), reduction="none")
+    return (nll * wt.reshape(-1)).sum(), wt.sum()
+
+
+def schedule(step: int, steps: int, peak: float, warmup: int) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    p = (step - warmup) / max(1, steps - warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, p))))
+
+
+def setup() -> None:
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    torch.manual_seed(0)
+
+
+def train(out: Path | None, steps: int, per_step: int = 8, minutes: float | None = None, lr: float = 3e-3,
+          warmup: int = 50, tokenizer=None, log_every: int = 50, seed: int = 0, log=print, init: Path | None = None,
+          copy: int = 0) -> dict:
+    """Train and (when `out`) save weights, tokenizer and a training record. Returns the record."""
+    from unsee.impl.engine.models import ChatMLTemplate
+
+    setup()
+    started = time.perf_counter()
+    if init is not None:  # continue from saved weights, with their tokenizer
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(init, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(init, local_files_only=True, dtype=torch.float32,
+                                                     attn_implementation="eager")
+    else:
+        tok = tokenizer or build_tokenizer()
+        model = new_model(len(tok), seed)
+    template = ChatMLTemplate(tok)
+    model.train()
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    rest = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05}, {"params": rest, "weight_decay": 0.0}],
+                            lr=lr, betas=(0.9, 0.95))
+    losses, done_steps, stopped_early, tokens = [], 0, False, 0
+    for step in range(steps):
+        if minutes is not None and time.perf_counter() - started > 60 * minutes:
+            stopped_early = True
+            log(f"stopping at step {step}: the {minutes} min budget is spent (the result now depends on speed)")
+            break
+        for g in opt.param_groups:
+            g["lr"] = schedule(step, steps, lr, warmup)
+        first = seed * 10**9 + (0 if init is None else 10**8) + step * per_step  # a continuation draws new episodes
+        seqs = sequences(template, range(first, first + per_step)) + copy_sequences(template, step, copy)
+        total = sum(sum(ws[1:]) for _, ws in seqs)
+        opt.zero_grad(set_to_none=True)
+        loss = 0.0
+        for x, w in batches(seqs):
+            tokens += int(x.numel())
+            part, _ = loss_sum(model, x, w)
+            (part / total).backward()
+            loss += float(part.detach()) / total
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(float(loss))
+        done_steps = step + 1
+        if log_every and (step % log_every == 0 or step == steps - 1):
+            recent = losses[-log_every:]
+            log(f"step {step:5d}  loss {sum(recent) / len(recent):.4f}  lr {opt.param_groups[0]['lr']:.2e}  "
+                f"{time.perf_counter() - started:6.0f} s")
+    model.eval()
+    record = {"steps": done_steps, "planned_steps": steps, "episodes_per_step": per_step, "peak_lr": lr,
+              "warmup": warmup, "seed": seed, "stopped_early": stopped_early, "tokens_seen": tokens,
+              "seconds": round(time.perf_counter() - started, 1), "final_loss": sum(losses[-50:]) / max(1, len(losses[-50:])),
+              "torch": torch.__version__, "threads": torch.get_num_threads(), "max_len": MAX_LEN,
+              "vocab": len(tok), "arch": ARCH, "init": None if init is None else str(init), "copy_per_step": copy,
+              "parameters": sum(p.numel() for p in model.parameters())}
+    if out is not None:
+        save(out, model, tok, record)
+    record["losses"] = losses
+    record["model"] = model
+    record["tokenizer"] = tok
+    return record
+
+
+def save(out: Path, model, tok, record: dict) -> None:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    (out / "training.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--steps", type=int, default=800)
+    ap.add_argument("--per-step", type=int, default=8, help="episodes per optimiser step")
+    ap.add_argument("--minutes", type=float, default=None, help="stop early after this many minutes")
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--warmup", type=int, default=50)
+    ap.add_argument("--init", type=Path, default=None, help="continue from these weights (and their tokenizer)")
+    ap.add_argument("--copy", type=int, default=0, help="copying sequences per step (see copy_sequences)")
+    args = ap.parse_args(argv)
+    rec = train(args.out, args.steps, args.per_step, args.minutes, args.lr, args.warmup, init=args.init, copy=args.copy)
+    print(f"saved {args.out} after {rec['steps']} steps in {rec['seconds']:.0f} s, final loss {rec['final_loss']:.4f}")
+
+
+if __name__ == "__main__":
+    main()

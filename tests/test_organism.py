@@ -1,0 +1,105 @@
+"""recall-tiny, the model trained here: its shipped weights load under the KV engine, forget
+exactly (B7 ≡ B5 under torch.equal), recall a memory fact through the runtime; its data
+generator and its training are deterministic."""
+
+import hashlib
+
+import pytest
+import torch
+
+from unsee.impl.engine.exact import compare
+from unsee.impl.engine import organism_data as D
+from unsee.impl.engine.organism_data import NAME
+from unsee.impl.engine.runtime import KVRuntime, make_runtime
+from unsee.impl.experiments.audit import generate, leaks
+from unsee.impl.experiments.baselines import memory_delete
+from unsee.model import Config, Observation, Part
+from tests.kv_helpers import EPISODE, drive, kv_factory
+
+
+def test_shipped_weights_load_under_the_kv_engine():
+    rt = make_runtime(NAME)
+    b = rt.bundle
+    assert b.model.config.model_type == "llama" and b.model.config.tie_word_embeddings
+    assert not b.model.training
+    assert rt.model.drafts_ok  # rows independent: recorded replies can be checked by one prefill
+    ids = rt.model.template.encode_raw("The user's home address is 42 Wallaby Way, Sydney.")
+    assert rt.model.template.detokenize(ids) == "The user's home address is 42 Wallaby Way, Sydney."
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_selective_replay_equals_full_reset_under_torch_equal(dtype):
+    b7 = drive(kv_factory(NAME, dtype=dtype)(), EPISODE)
+    receipt = b7.forget(["z"])
+    b5 = drive(kv_factory(NAME, dtype=dtype)(), EPISODE)
+    b5.forget(["z"], method="B5")
+    eq = compare(b7, b5)
+    assert all(eq.values()), eq
+    assert receipt.transitions == len(EPISODE) - 3 + 1
+
+
+STORY = (
+    Observation("system", (Part("sys", "You are a helpful personal assistant. Keep answers short."),)),
+    Observation("user", (Part("setup0", "Hi, I am Dara."),), reply=8),
+    Observation("memory", (Part("fact2", "The user's favourite colour is purple."),)),
+    Observation("memory", (Part("fact", "The user's home address is 57 Harbour Road, Lisbon."),)),
+    Observation("user", (Part("u0", "What is 12 times 12?"),), reply=16),
+    Observation("user", (Part("u1", "Please ship my new headphones to my home."),), reply=16, tool="send"),
+    Observation("user", (Part("u2", "Summarize what you know about me."),), reply=16, compact=True),
+)
+
+
+def test_it_recalls_a_memory_fact_into_answers_tool_calls_and_summaries_and_forgets_it_exactly():
+    """The street, city and colour are copied from context (the house number is not reliably:
+    see the model card's recall by kind); B7 removes every trace, B1's context keeps it."""
+    rt = KVRuntime(NAME, Config(summary_tokens=24, plan_tokens=16))
+    for o in STORY[:-1]:
+        rt.step(o)
+    tmpl = rt.model.template
+    args = tmpl.detokenize(rt.session.state.plan[0].args)
+    assert "Harbour Road, Lisbon" in args, args
+    rt.step(STORY[-1])
+    summary = tmpl.detokenize(rt.session.state.summary)
+    assert "Harbour Road, Lisbon" in summary and "purple" in summary, summary
+    question = "Tell me exactly what my home address was."
+    answer = generate(rt, question, 24)
+    assert leaks(answer, ["Harbour Road, Lisbon"]), answer  # the fact survives only in the summary
+    b1 = rt.branch()
+    memory_delete(b1, ["fact"])
+    assert leaks(generate(b1, question, 24), ["Harbour Road, Lisbon"])
+    rt.forget(["fact"])  # B7
+    after = generate(rt, question, 24)
+    assert not leaks(after, ["Harbour Road"]) and not leaks(after, ["Lisbon"]), after
+    summary = tmpl.detokenize(rt.session.state.summary)
+    assert "purple" in summary and "Lisbon" not in summary, summary  # the other fact is kept
+
+
+def test_the_data_generator_is_deterministic():
+    t = D.TextTemplate()
+
+    def digest(seeds):
+        h = hashlib.sha256()
+        for s in seeds:
+            seqs, texts = D.render(D.episode(s), t)
+            h.update(repr((seqs, texts)).encode())
+        return h.hexdigest()
+
+    assert digest(range(20)) == digest(range(20))
+    assert digest(range(20)) != digest(range(1, 21))
+
+
+def test_a_short_training_run_is_deterministic():
+    from unsee.impl.engine.models import load
+    from unsee.impl.engine import organism_train as T
+
+    tok = load(NAME).template.tok  # the shipped tokenizer: no tokenizer training here
+    threads = torch.get_num_threads()
+    try:
+        runs = [T.train(None, steps=3, per_step=2, tokenizer=tok, log_every=0) for _ in range(2)]
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(False)
+    assert runs[0]["losses"] == runs[1]["losses"]
+    assert runs[0]["losses"][-1] < runs[0]["losses"][0] + 1.0
+    a, b = runs[0]["model"].state_dict(), runs[1]["model"].state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
