@@ -404,6 +404,15 @@ def inherited_sources(parents, sources_of) -> frozenset:
     return out
 
 
+def source_delta(a: Artifact, sources_of) -> tuple[list[str], list[str]]:
+    """What `a`'s source ids add to and drop from its parents' union, each sorted: with the
+    parents, this determines the source set, and it does not grow with the session."""
+    inherited = inherited_sources(a.parents, sources_of)
+    if a.source_ids is inherited or a.source_ids == inherited:
+        return [], []
+    return sorted(a.source_ids - inherited), sorted(inherited - a.source_ids)
+
+
 def graph_digest(artifacts) -> str:
     """G_t's digest. Source ids are digested relative to the parents' union (what an artifact
     adds and drops): with the parents in the digest that determines every source set, and it
@@ -411,11 +420,9 @@ def graph_digest(artifacts) -> str:
     by_id: dict[str, frozenset] = {}
     rows = []
     for a in artifacts:
-        inherited = inherited_sources(a.parents, by_id)
-        by_id[a.id] = src = a.source_ids
-        same = src is inherited or src == inherited
-        rows.append((a.id, a.type, a.parents, [] if same else sorted(src - inherited),
-                     [] if same else sorted(inherited - src), a.token_span, a.turn, a.committed))
+        added, dropped = source_delta(a, by_id)
+        by_id[a.id] = a.source_ids
+        rows.append((a.id, a.type, a.parents, added, dropped, a.token_span, a.turn, a.committed))
     return _h(rows)
 
 

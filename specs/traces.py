@@ -224,12 +224,16 @@ def check(events, want: Expectation) -> list[Violation]:
             bad("restore-offset", i, f"the restore ({how}) left {offset} context tokens, but checkpoint R_{c} "
                                      f"holds {want.offset}")
 
+    def extend(i: int, e, what: str) -> None:
+        """Rows written at e.start..e.start+e.n: they must continue the cache."""
+        nonlocal length
+        if e.start != length:
+            bad("contiguous", i, f"{what} at {at(e.start)}, but the cache ends at {at(length)}")
+        length = e.start + e.n
+
     for i, e in enumerate(events[1:], 1):
         if isinstance(e, Forward):
-            if e.start != length:
-                bad("contiguous", i, f"a {e.kind} of {e.n} token(s) at {at(e.start)}, but the cache ends at "
-                                     f"{at(length)}")
-            length = e.start + e.n
+            extend(i, e, f"a {e.kind} of {e.n} token(s)")
             if rebuild is not None:
                 rebuild[2] += max(0, length - max(e.start, base))  # the BOS after a reset is no context row
             elif e.start >= base:
@@ -262,10 +266,7 @@ def check(events, want: Expectation) -> list[Violation]:
                 restores += 1
                 bad("one-restore", i, f"the cache was emptied in transition {step}, after the restore")
         elif isinstance(e, Append):
-            if e.start != length:
-                bad("contiguous", i, f"{e.n} {e.how} row(s) appended at {at(e.start)}, but the cache ends at "
-                                     f"{at(length)}")
-            length = e.start + e.n
+            extend(i, e, f"{e.n} {e.how} row(s) appended")
             if rebuild is not None:
                 rebuild[1] += e.n
             elif restored is None:

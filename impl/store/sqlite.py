@@ -32,7 +32,7 @@ from pathlib import Path
 from unsee.impl.engine.pages import ITEMSIZE, from_bytes, to_bytes
 from unsee.model.session import Checkpoint, Session, UnseeError
 from unsee.model.state import (Artifact, Block, Config, LedgerEntry, Observation, State, ToolCall, graph_digest,
-                               inherited_sources)
+                               inherited_sources, source_delta)
 
 FORMAT = 2  # 1: every R_t stored whole (quadratic); 2: per-transition deltas and K/V pages
 
@@ -258,8 +258,8 @@ def _state_from_v1(d: dict, config: Config) -> State:
 def _sources_json(a: Artifact, sources_of) -> str:
     """source_ids relative to the parents' (oracle propagation makes them the parents' union,
     which grows with the session): what it adds and what it drops."""
-    inherited = inherited_sources(a.parents, sources_of)
-    return json.dumps({"+": sorted(a.source_ids - inherited), "-": sorted(inherited - a.source_ids)})
+    added, dropped = source_delta(a, sources_of)
+    return json.dumps({"+": added, "-": dropped})
 
 
 def _sources_from(d, parents, sources_of) -> frozenset:
