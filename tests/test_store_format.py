@@ -54,7 +54,7 @@ def test_a_format_1_store_is_migrated_in_place_and_stays_exact(tmp_path):
 
 
 def test_a_forget_decodes_only_the_states_it_needs(tmp_path):
-    """Opening a stored session builds no R_t; a forget 12 turns from the end builds R_c, the
+    """Opening a stored session builds no R_t (not even R_T); a forget 12 turns from the end builds R_c, the
     states whose recorded replies it hands the replay as drafts, and R_T: a count that does
     not grow with T. The forgotten session equals a full reset's, so nothing was skipped."""
     from unsee.impl.store.session import forget_stored
@@ -69,7 +69,7 @@ def test_a_forget_decodes_only_the_states_it_needs(tmp_path):
         st = Store(db)
         opened = open_runtime(st)
         deltas = opened.session.states.deltas
-        assert len(deltas.cache) == 1  # R_T only (its cache marked absent)
+        assert len(deltas.cache) == 0  # every stored state already says its cache is absent
         live, doc = forget_stored(st, ["z"], rt=opened, head=st.meta("chain_head"))
         built[T] = len(deltas.cache)
         assert doc["transitions"] == 12

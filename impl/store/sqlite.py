@@ -520,11 +520,14 @@ class Store:
         for p, c, _ in db.execute("SELECT parent, child, ord FROM edges ORDER BY child, ord"):
             parents.setdefault(c, []).append(p)
         arts, by_id = [], {}
+        deltas: dict[str, object] = {}  # most artifacts store the same "adds and drops nothing"
         for i, ty, src, span, turn, com, _ in db.execute("SELECT * FROM artifacts ORDER BY ord"):
             ps = tuple(parents.get(i, ()))
-            span = json.loads(span)
-            a = Artifact(i, ty, ps, _sources_from(json.loads(src), ps, by_id),
-                         None if span is None else tuple(span), turn, bool(com))
+            d = deltas.get(src)
+            if d is None:
+                d = deltas[src] = json.loads(src)
+            a = Artifact(i, ty, ps, _sources_from(d, ps, by_id),
+                         None if span == "null" else tuple(json.loads(span)), turn, bool(com))
             arts.append(a)
             by_id[i] = a.source_ids
         arts = tuple(arts)
@@ -606,5 +609,8 @@ class Store:
 
 
 def with_live_cache(s: Session) -> Session:
-    """After loading, no cache is resident: mark the live state's cache as absent."""
+    """After loading, no cache is resident: mark the live state's cache as absent. Every state
+    read from the store already says so, and decoding R_T here would walk the whole session."""
+    if isinstance(s.states, StoredStates) and not s.states.tail:
+        return s
     return replace(s, states=s.states[:-1] + (replace(s.state, kv=None),))
