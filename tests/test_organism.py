@@ -103,3 +103,30 @@ def test_a_short_training_run_is_deterministic():
     assert runs[0]["losses"][-1] < runs[0]["losses"][0] + 1.0
     a, b = runs[0]["model"].state_dict(), runs[1]["model"].state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_an_audit_on_the_organism_sees_the_leak_that_b7_removes(tmp_path):
+    """The audit CI runs on the model that remembers (`unsee audit --model recall-tiny`, small n):
+    the revoked preference is recalled under the probes wherever a method keeps it in context
+    (B0, B1: a memory delete leaves the derived context), and nowhere for B7, which equals the
+    never-saw twin B5 in every cell; every non-zero floor is flagged."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from unsee.impl.cli import app
+
+    path, md = tmp_path / "a.json", tmp_path / "a.md"
+    res = CliRunner().invoke(app, ["audit", "--model", NAME, "--suite", "preference", "--n", "2",
+                                   "--methods", "B0,B1,B7", "--json", str(path), "--markdown", str(md)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(path.read_text())
+    m = doc["methods"]
+    assert doc["tests"]["B7"]["identical_to_B5"] is True
+    assert m["B0"]["leak_at_probes"] == m["B1"]["leak_at_probes"] == 1.0  # the organism recalls it
+    assert m["B7"]["leak_at_probes"] == m["B5"]["leak_at_probes"] == 0.0
+    assert m["B7"]["divergence_kl"] == 0.0 < m["B0"]["divergence_kl"]
+    for k in ("exact_leak", "action_leak", "any_leak", "leak_at_probes", "leak_at_5"):
+        assert (k in doc["floor_flags"]) == bool(doc["floor"][k]), k
+    assert all(c["valid"] for c in doc["cases"]) and len(doc["cases"]) == 2
+    assert "recall-tiny" in md.read_text()
