@@ -505,10 +505,22 @@ class Store:
         """T: the stored observations."""
         return self.db.execute("SELECT COUNT(*) FROM observations").fetchone()[0]
 
+    def _observations(self, keep: bool = False) -> tuple[list, tuple[Observation, ...]]:
+        """The stored log's rows (t, body, chain) and its observations. keep=True leaves them
+        for the next call, which takes them if the log has not moved since (a forget checks
+        its sources, then loads the session: the log is parsed once)."""
+        head = self.meta("chain_head")
+        kept, self._kept = getattr(self, "_kept", None), None
+        if kept is None or kept[0] != head:
+            rows = self.db.execute("SELECT t, body, chain FROM observations ORDER BY t").fetchall()
+            kept = (head, rows, tuple(Observation.from_json(json.loads(b)) for _, b, _ in rows))
+        if keep:
+            self._kept = kept
+        return kept[1], kept[2]
+
     def sources(self) -> set[str]:
         """Every source id in the stored observation log."""
-        return {x for (b,) in self.db.execute("SELECT body FROM observations")
-                for x in Observation.from_json(json.loads(b)).sources}
+        return {x for o in self._observations(keep=True)[1] for x in o.sources}
 
     def load(self, model_lm) -> Session:
         if not self.has_session():
@@ -531,8 +543,7 @@ class Store:
             arts.append(a)
             by_id[i] = a.source_ids
         arts = tuple(arts)
-        rows = db.execute("SELECT t, body, chain FROM observations ORDER BY t").fetchall()
-        obs = tuple(Observation.from_json(json.loads(b)) for _, b, _ in rows)
+        rows, obs = self._observations()
         for (t, _, h), want in zip(rows, chain(obs)):
             if h != want:
                 raise StoreError(f"{self.path}: the observation log was altered at t={t} (hash chain broken)")
