@@ -380,7 +380,9 @@ def audit(suite: str = typer.Option("memory", help="agentdojo | agentdojo:<suite
                                             "this address ('auto', 'ray://host:port'; 'local' starts one here). "
                                             "Needs the ray extra."),
           decode: str = typer.Option("batched", help="batched: each method's probes and Leak@5 samples decode as "
-                                     "one batch; serial: one at a time (for comparison).")) -> None:
+                                     "one batch; serial: one at a time (for comparison)."),
+          attn: str = typer.Option("eager", help="Attention kernel: eager or sdpa (faster on long contexts; "
+                                   "exact either way, but the two kernels' bits differ).")) -> None:
     """Apply B0–B9 to the same contaminated states and audit each against B5."""
     from unsee.impl.experiments.audit import run_audit
     from unsee.impl.experiments.baselines import METHODS
@@ -390,14 +392,15 @@ def audit(suite: str = typer.Option("memory", help="agentdojo | agentdojo:<suite
     bad = [m for m in chosen if m not in METHODS]
     if bad or n < 1:
         _fail(ValueError(f"unknown method(s) {bad}; choose from {', '.join(METHODS)}" if bad else "--n must be >= 1"))
-    if workers < 1 or decode not in ("batched", "serial"):
-        _fail(ValueError("--workers must be at least 1" if workers < 1 else "--decode is batched or serial"))
+    if workers < 1 or decode not in ("batched", "serial") or attn not in ("eager", "sdpa"):
+        _fail(ValueError("--workers must be at least 1" if workers < 1 else "--decode is batched or serial"
+                         if decode not in ("batched", "serial") else f"--attn is eager or sdpa, got {attn!r}"))
     with _progress() as p:
         task = p.add_task(f"audit {suite} on {model}", total=n)
         try:
             doc = run_audit(model, suite, n, chosen, seed, tokens,
                             on_episode=lambda i, name: p.update(task, completed=i, description=f"audit {name}"),
-                            workers=workers, ray=ray, batch=decode == "batched")
+                            workers=workers, ray=ray, batch=decode == "batched", attn=attn)
         except (ValueError, ImportError) as e:
             _fail(e)
     for tab in audit_tabs(doc):
@@ -406,7 +409,7 @@ def audit(suite: str = typer.Option("memory", help="agentdojo | agentdojo:<suite
               f"{doc['tests'].get('B7', {}).get('identical_to_B5')}")
     r = doc["run"]
     out.print(f"{n} episodes in {r['seconds']} s ({r['episodes_per_hour']} episodes/hour; "
-              f"{'Ray' if ray else f'{workers} worker(s)'}, {decode} decode)")
+              f"{'Ray' if ray else f'{workers} worker(s)'}, {decode} decode, {attn} attention)")
     _write_json(doc, json_path)
     if markdown is not None:
         markdown.write_text(audit_markdown(doc))

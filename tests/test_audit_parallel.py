@@ -129,3 +129,14 @@ def test_a_local_two_worker_ray_cluster_gives_the_serial_result(serial):
         ray.shutdown()
     assert doc["run"]["ray"] == "local"
     assert _strip(doc) == _strip(serial)
+
+
+def test_the_sdpa_kernel_keeps_b7_identical_to_b5_and_is_recorded(serial):
+    """--attn sdpa (the faster kernel on long contexts) is another computation, so its figures
+    may differ from eager's; what may not differ is B7 against B5, cell for cell."""
+    doc = run_audit("tiny-llama", "memory", 2, METHODS, seed=4, n_tokens=4, attn="sdpa")
+    assert doc["run"]["attn"] == "sdpa" and serial["run"]["attn"] == "eager"
+    assert doc["tests"]["B7"]["identical_to_B5"] is True
+    assert [c["name"] for c in doc["cases"]] == [c["name"] for c in serial["cases"]]
+    with pytest.raises(ValueError, match="--attn"):
+        run_audit("tiny-llama", "memory", 1, METHODS, attn="flash")

@@ -341,13 +341,14 @@ def case_info(case: Case) -> dict:
             "valid": case.valid}
 
 
-def run_episode(model: str, case: Case, choice, methods, n_tokens: int, seed: int, batch: bool = True) -> dict:
+def run_episode(model: str, case: Case, choice, methods, n_tokens: int, seed: int, batch: bool = True,
+                attn: str = "eager") -> dict:
     """One audited episode on its own: a fresh runtime, the needles validated against this
     model, the stream, every method. What a worker process or a Ray task runs."""
     from unsee.impl.engine.runtime import KVRuntime
     from unsee.model.state import Config
 
-    live = KVRuntime(model, Config(summary_tokens=n_tokens, plan_tokens=min(16, n_tokens)))
+    live = KVRuntime(model, Config(summary_tokens=n_tokens, plan_tokens=min(16, n_tokens)), attn=attn)
     with own_memo(live.model.template):
         extra = audit_prompts(case) + ([choice[0]] if choice else [])
         case = validate_needles(case, extra, live.model.template)
@@ -362,19 +363,19 @@ def _episode_job(job: tuple) -> dict:
     return run_episode(*job)
 
 
-def _warm(model: str) -> None:
+def _warm(model: str, attn: str = "eager") -> None:
     """A worker's initializer: load the model once, before its first episode."""
     from unsee.impl.engine.models import load
 
-    load(model)
+    load(model, attn=attn)
 
 
-def _parallel(jobs, workers: int, model: str, done) -> None:
+def _parallel(jobs, workers: int, model: str, done, attn: str = "eager") -> None:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_warm, initargs=(model,)) as pool:
+                             initializer=_warm, initargs=(model, attn)) as pool:
         futures = {pool.submit(_episode_job, job): i for i, job in enumerate(jobs)}
         for f in as_completed(futures):
             done(futures[f], f.result())
@@ -401,15 +402,21 @@ def _on_ray(jobs, address: str, done) -> None:
 
 
 def run_audit(model: str, suite: str, n: int, methods, seed: int = 0, n_tokens: int = 24,
-              on_episode=None, workers: int = 1, ray: str | None = None, batch: bool = True) -> dict:
+              on_episode=None, workers: int = 1, ray: str | None = None, batch: bool = True,
+              attn: str = "eager") -> dict:
     """Audit n episodes of `suite`: serially, in `workers` processes, or as tasks on the Ray
     cluster at `ray` ("local" starts one here). Episode i always runs with seed + i and on its
-    own (`run_episode`), so the result does not depend on where or in which order it ran."""
+    own (`run_episode`), so the result does not depend on where or in which order it ran.
+    attn: the attention kernel (eager or sdpa; both keep every exactness guarantee, and the
+    run records which one it used: their bits differ, so compare tables of one kernel)."""
     if workers < 1:
         raise ValueError("--workers must be at least 1")
+    if attn not in ("eager", "sdpa"):
+        raise ValueError(f"--attn is eager or sdpa, got {attn!r}")
     t0 = time.perf_counter()
     todo = cases_for(suite, n, seed)
-    jobs = [(model, case, choice, tuple(methods), n_tokens, seed + i, batch) for i, (case, choice) in enumerate(todo)]
+    jobs = [(model, case, choice, tuple(methods), n_tokens, seed + i, batch, attn)
+            for i, (case, choice) in enumerate(todo)]
     results: list = [None] * len(jobs)
     count = 0
 
@@ -423,7 +430,7 @@ def run_audit(model: str, suite: str, n: int, methods, seed: int = 0, n_tokens: 
     if ray:
         _on_ray(jobs, ray, done)
     elif workers > 1 and len(jobs) > 1:
-        _parallel(jobs, workers, model, done)
+        _parallel(jobs, workers, model, done, attn)
     else:
         for i, job in enumerate(jobs):
             done(i, _episode_job(job))
@@ -433,7 +440,7 @@ def run_audit(model: str, suite: str, n: int, methods, seed: int = 0, n_tokens: 
             rows.setdefault(m, []).append(r)
     doc = summarize(model, suite, n, rows, [res["case"] for res in results])
     seconds = time.perf_counter() - t0
-    doc["run"] = {"workers": workers, "ray": ray, "batch": batch, "seconds": round(seconds, 1),
+    doc["run"] = {"workers": workers, "ray": ray, "batch": batch, "attn": attn, "seconds": round(seconds, 1),
                   "episodes_per_hour": round(3600 * len(jobs) / seconds, 2) if seconds else None}
     return doc
 
