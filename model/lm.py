@@ -81,7 +81,9 @@ class LM(Protocol):
     `kv` is the model's cache handle (a value here, a reference to a resident cache in
     `unsee.impl.engine.TorchLM`). The fast paths are arguments, never settings: `reuse` (a
     prefix cache from `prefix_cache`, B5′) and `trust` (prefill a recorded reply unchecked:
-    the bench's labelled oracle comparison, not exact) apply to the one call that passes them."""
+    the bench's labelled oracle comparison, not exact) apply to the one call that passes them.
+    Optional: `kv_length(kv)`, the context tokens a cache holds; where a model has it, `restore`
+    checks a restored cache against the checkpoint's context."""
 
     name: str
 
@@ -159,6 +161,10 @@ class ReferenceLM:
 
     def crop(self, kv, n: int):
         return kv[:n]
+
+    def kv_length(self, kv) -> int:
+        """Context tokens the cache holds (one prefix hash each)."""
+        return len(kv)
 
     def resident(self, kv) -> bool:
         return kv is not None  # a value is at hand unless a store left it out

@@ -245,6 +245,10 @@ def restore(s: Session, c: Checkpoint, meter: Meter) -> State:
     restored = replace(stored, tokens=tokens, kv=kv, env=env)
     if replace(restored, kv=None) != replace(stored, kv=None):
         raise UnseeError(f"checkpoint at boundary {c.boundary} does not restore R_{c.boundary}: the store is corrupt")
+    length = getattr(s.lm, "kv_length", None)  # optional in the LM protocol: without it the cache goes unchecked
+    if length is not None and length(kv) != len(tokens):
+        raise UnseeError(f"checkpoint at boundary {c.boundary} restored a cache of {length(kv)} tokens for a context "
+                         f"of {len(tokens)}: the cache does not describe R_{c.boundary}")
     return restored
 
 

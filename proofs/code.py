@@ -321,8 +321,9 @@ def restored_states(shape: tuple[int, ...]):
 
 
 def broken_restore(s, c: Checkpoint, meter: Meter) -> State:
-    """restore whose crop keeps the cache one manifest block short (the tokens are right, so the
-    store's own check, which compares every layer but the cache, does not see it)."""
+    """restore whose crop keeps the cache one manifest block short, the tokens right, and without
+    restore's own checks (the non-cache layers against R_boundary, the cache's length against
+    the context's): only the contract can see it."""
     stored = s.states[c.boundary]
     live = s.state
     env = dict(s.snapshots)[c.env_snapshot]

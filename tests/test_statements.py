@@ -131,3 +131,28 @@ def test_theorem1_is_checked_at_every_t_from_the_splice_point():
     ob.trajectory[2] = {**ob.trajectory[2], "memory": "0" * 16}
     with pytest.raises(S.SpecViolation, match=f"R̃_{t} ≠ R\\^-z_{t}"):
         S.theorem1_splicing_equivalence(ob)
+
+
+def test_restore_refuses_a_cache_that_does_not_hold_the_checkpoints_context():
+    """A crop one token short leaves every other layer right; restore's length check sees it
+    (the same fault that `proofs.code`'s broken restore shows only its contract can catch
+    without this check)."""
+    from dataclasses import replace
+
+    from unsee.model.lm import ReferenceLM
+    from unsee.model.session import UnseeError, restore
+    from unsee.model.state import Meter
+
+    rt = ReferenceRuntime(Config(), "every")
+    for o in SESSION[:4]:
+        rt.step(o)
+    s = rt.session
+    c = s.checkpoints[2]
+    assert restore(s, c, Meter()).kv == s.state.kv[: c.token_offset]
+
+    class ShortCrop(ReferenceLM):
+        def crop(self, kv, n):
+            return kv[: n - 1]
+
+    with pytest.raises(UnseeError, match="restored a cache of"):
+        restore(replace(s, lm=ShortCrop()), c, Meter())

@@ -13,7 +13,7 @@ from unsee.impl.engine.kv import TorchLM
 from unsee.impl.engine.runtime import KVRuntime
 from unsee.impl.store.session import forget_stored
 from unsee.impl.store.sqlite import Store
-from unsee.model import Config, Observation, Part
+from unsee.model import Config, Observation, Part, UnseeError
 from unsee.specs.traces import (
     Append, Begin, Commit, Crop, Expectation, Fire, Forward, RebuildBegin, RebuildEnd, Reset, StepEnd, check,
 )
@@ -204,10 +204,15 @@ def test_unsee_forget_reports_the_trace_check(tmp_path):
 
 # --- mutated engines: a forget runs through them, the trace rejects it ------------------
 
-def crops_one_short(lm: TorchLM) -> None:
-    """Turn `lm` into an engine whose restore crops one token short."""
+def crops_one_short(lm: TorchLM, reports_length: bool = False) -> None:
+    """Turn `lm` into an engine whose restore crops one token short. Without `kv_length` (an
+    optional LM method) restore cannot compare the cache with the checkpoint's context, so the
+    forget runs through and only the trace can tell; with it, restore refuses."""
 
     class Mutant(type(lm)):
+        if not reports_length:
+            kv_length = None
+
         def crop(self, kv, n):
             self._live(kv)
             self.engine.crop(len(self.bos) + n - 1)  # one position too few
@@ -263,6 +268,13 @@ def test_a_mutated_engine_is_rejected_by_the_rule_it_breaks(cropped_session, mut
         assert (r_bad.tokens_decoded, r_bad.tokens_prefilled) == (r_good.tokens_decoded, r_good.tokens_prefilled)
     else:
         assert bad.digest()["kv"] != good.digest()["kv"]
+
+
+def test_restore_refuses_a_short_crop_where_the_engine_reports_its_length(cropped_session):
+    bad = cropped_session.branch()
+    crops_one_short(bad.model, reports_length=True)
+    with pytest.raises(UnseeError, match="restored a cache of"):
+        bad.forget(["z"])
 
 
 # --- the slow tier: SmolLM2 ---------------------------------------------------------------

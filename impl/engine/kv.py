@@ -522,6 +522,10 @@ class TorchLM:
         self.ctx += list(out)
         return out, self._ref(), decoded
 
+    def kv_length(self, kv: KVRef) -> int:
+        """Context tokens the cache holds (the BOS row is the engine's, not the context's)."""
+        return kv.length
+
     def crop(self, kv: KVRef, n: int) -> KVRef:
         self._live(kv)
         self.engine.crop(len(self.bos) + n)
