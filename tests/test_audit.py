@@ -166,3 +166,19 @@ def test_a_non_zero_floor_is_flagged_in_json_and_every_table():
     assert "exact_leak" in audit_floor_line(doc) and "non-zero floor" in audit_markdown(doc)
     clean = summarize("m", "memory", 2, {"B5": [_row(0.0)] * 2, "B0": [_row(1.0, 0.1)] * 2})
     assert clean["floor_flags"] == [] and FLAG not in audit_markdown(clean)
+
+
+def test_a_long_preference_audit_audits_distinct_episodes():
+    """n = 100 must mean 100 episodes, not the six fixed ones over again: past seed 5 each
+    seed draws its own pair, whose names start differently (the avoid rate compares the two
+    names' first tokens)."""
+    from unsee.impl.engine.models import load
+    from unsee.impl.experiments.cases import preference_case
+
+    cases = [preference_case(s) for s in range(100)]
+    assert len({(a, b) for _, a, b in cases[6:]}) == 94 and len({c.name for c, _, _ in cases}) == 100
+    assert [(a, b) for _, a, b in cases[:6]] == [("RideCo", "CabNow")] * 2 + [("QuickShip", "ParcelGo")] * 2 + \
+        [("BlueBank", "RedBank")] * 2
+    tmpl = load("recall-tiny").template
+    for _, a, b in cases:
+        assert a != b and tmpl.encode_raw(a)[0] != tmpl.encode_raw(b)[0], (a, b)

@@ -135,10 +135,22 @@ def memory_case(seed: int, indep: float = 0.5, kind: str | None = None, reply: i
 PROVIDERS = (("RideCo", "CabNow"), ("QuickShip", "ParcelGo"), ("BlueBank", "RedBank"))
 
 
+def provider_pair(seed: int) -> tuple[str, str]:
+    """Seeds 0–5: the three fixed pairs, each in both orders. Later seeds: two names of two
+    syllables each, four distinct syllables (the names start differently, so the choice's
+    first token tells them apart), drawn from the seed: every episode of a long audit differs."""
+    if seed < 2 * len(PROVIDERS):
+        return PROVIDERS[seed // 2]
+    from unsee.impl.engine.organism_data import SYLLABLES
+
+    s = random.Random(f"preference:{seed}").sample(SYLLABLES, 4)
+    return s[0] + s[1], s[2] + s[3]
+
+
 def preference_case(seed: int, reply: int = 12) -> tuple[Case, str, str]:
     """The agent chooses between two near-equivalent providers; the target is a preference
     excluding one. Returns (case, excluded, other); both presentation orders across seeds."""
-    a, b = PROVIDERS[(seed // 2) % len(PROVIDERS)]
+    a, b = provider_pair(seed)
     first, second = (a, b) if seed % 2 == 0 else (b, a)
     text = f"The user never wants to use {a}."
     obs = [Observation("system", (Part("sys", SYSTEM),)),
