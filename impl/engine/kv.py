@@ -180,20 +180,20 @@ class KVEngine:
         """`decode_rows` for one batch of rows, in `work`'s cache layers (left holding the batch)."""
         b, width = len(prompts), max(len(p) for p in prompts)
         lengths = torch.tensor([len(p) for p in prompts], device=self.device)
+        buffers = []
         for i, layer in enumerate(layers):
             batched = []
-            for t in context[i]:
-                x = t.new_zeros((b, t.shape[1], c + width, t.shape[3]))
+            for t in context[i]:  # room for the n − 1 decode forwards: each writes its row in place
+                x = t.new_zeros((b, t.shape[1], c + width + n - 1, t.shape[3]))
                 x[:, :, :c] = t
                 batched.append(x)
             for r, p in enumerate(prompts):
                 if tails[p] is not None:
                     batched[0][r, :, c:c + len(p)] = tails[p][i][0][0]
                     batched[1][r, :, c:c + len(p)] = tails[p][i][1][0]
-            if layer.keys.data_ptr() != context[i][0].data_ptr():
-                layer.keys.zero_()
-                layer.values.zero_()
-            layer.keys, layer.values = batched
+            buffers.append(batched)
+            layer.keys, layer.values = batched[0][:, :, :c + width], batched[1][:, :, :c + width]
+            layer.update = _InPlace(layer, *batched)  # instead of growing the batch's cache by concatenation
         mask = (torch.arange(c + width, device=self.device)[None, :] < (c + lengths)[:, None]).long()  # [B, c+w]
         positions = (c + lengths)[:, None]  # [B, 1]: where each row's first decoded token sits
         logits = torch.stack([first[p] for p in prompts])  # [B, V]
@@ -209,9 +209,10 @@ class KVEngine:
                              cache=work.cache, use_cache=True)
             logits = res.logits[:, -1].float()
             work.forwards += 1
-        for layer in layers:
-            layer.keys.zero_()
-            layer.values.zero_()
+        for layer, (k, v) in zip(layers, buffers):
+            del layer.update
+            k.zero_()
+            v.zero_()
         return [tuple(row) for row in out]
 
     def fixed_point(self, n: int, draws=None, draft=None, exact_rows: bool = True) -> tuple[tuple[int, ...], int, int]:
@@ -404,6 +405,25 @@ def row_independence(engine: KVEngine, context: int = 24, block: int = 16) -> tu
             "is reused (skipping refused)")
     _ROWS_CHECKED[key] = (holds, note)
     return holds, note
+
+
+class _InPlace:
+    """A cache layer's `update` for a batched decode: the new rows go into the layer's
+    preallocated buffers, and the layer's keys and values become views one row longer (what
+    concatenating would give, without copying the whole batch's cache at every token)."""
+
+    def __init__(self, layer, keys: torch.Tensor, values: torch.Tensor) -> None:
+        self.layer, self.keys, self.values = layer, keys, values
+
+    def __call__(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        layer, n = self.layer, self.layer.keys.shape[-2]
+        m = n + key_states.shape[-2]
+        if m > self.keys.shape[-2]:
+            raise UnseeError(f"batched decode: the cache buffer holds {self.keys.shape[-2]} rows, {m} asked for")
+        self.keys[:, :, n:m] = key_states
+        self.values[:, :, n:m] = value_states
+        layer.keys, layer.values = self.keys[:, :, :m], self.values[:, :, :m]
+        return layer.keys, layer.values
 
 
 @dataclass(frozen=True)
