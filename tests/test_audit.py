@@ -182,3 +182,15 @@ def test_a_long_preference_audit_audits_distinct_episodes():
     tmpl = load("recall-tiny").template
     for _, a, b in cases:
         assert a != b and tmpl.encode_raw(a)[0] != tmpl.encode_raw(b)[0], (a, b)
+
+
+def test_the_avoid_rate_skips_a_choice_one_token_cannot_tell():
+    from unsee.impl.experiments.audit import avoid
+    from unsee.impl.experiments.cases import provider_pair
+
+    live = KVRuntime("tiny-llama", Config())
+    enc = live.model.template.encode_raw
+    assert enc("SwiftFast")[0] == enc("StarParcel")[0]  # this tokenizer starts both with one token
+    assert avoid(live, "Book one: SwiftFast or StarParcel?", "SwiftFast", "StarParcel") is None
+    assert avoid(live, "Book one: RideCo or CabNow?", "RideCo", "CabNow") in (0.0, 1.0)
+    assert all(a[0] != b[0] for a, b in map(provider_pair, range(6, 2000)))

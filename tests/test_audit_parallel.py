@@ -81,6 +81,58 @@ def test_batched_decode_matches_one_at_a_time(contaminated, monkeypatch):
     assert len(eng.decode_rows(prompts, 0)[0]) == b
 
 
+class _Concatenating:
+    """The batch cache's update as it was before in-place writes: grow by concatenation."""
+
+    def __init__(self, layer, keys, values):
+        self.layer = layer
+
+    def __call__(self, key_states, value_states, *args, **kwargs):
+        layer = self.layer
+        layer.keys = torch.cat([layer.keys, key_states], dim=-2)
+        layer.values = torch.cat([layer.values, value_states], dim=-2)
+        return layer.keys, layer.values
+
+
+def test_in_place_rows_are_the_bits_concatenation_gives(contaminated, monkeypatch):
+    live, case = contaminated
+    prompts, draws = _rows(live, case)
+    in_place = _decode_rows_logging(live.model.engine, prompts, draws, monkeypatch)
+    monkeypatch.setattr(K, "_InPlace", _Concatenating)
+    grown = _decode_rows_logging(live.model.engine, prompts, draws, monkeypatch)
+    assert in_place[0] == grown[0] and len(in_place[2]) == len(grown[2]) == len(prompts) * N
+    assert all(torch.equal(a, b) for a, b in zip(in_place[2], grown[2]))
+
+
+def test_a_failing_batched_decode_leaves_no_rows_and_no_patched_layer(contaminated, monkeypatch):
+    """An error mid-batch (out of memory, an interrupt) still zeroes the batch's buffers, which
+    may hold the target's rows, and takes the in-place update off every layer."""
+    live, case = contaminated
+    prompts, draws = _rows(live, case)
+    eng, made = live.model.engine, []
+    real = K._InPlace
+
+    def spy(layer, keys, values):
+        made.append((layer, keys, values))
+        return real(layer, keys, values)
+    monkeypatch.setattr(K, "_InPlace", spy)
+    calls = {"n": 0}
+    forward = type(eng.model).forward
+
+    def failing(self, *args, **kwargs):
+        calls["n"] += 1
+        if kwargs.get("attention_mask") is not None and calls["n"] > 2:  # a decode step, not a prompt's prefill
+            raise MemoryError("simulated")
+        return forward(self, *args, **kwargs)
+    monkeypatch.setattr(type(eng.model), "forward", failing)
+    with pytest.raises(MemoryError):
+        eng.decode_rows(prompts, N, draws, LEAK_TEMPERATURE)
+    assert made
+    for layer, keys, values in made:
+        assert "update" not in layer.__dict__
+        assert not keys.any() and not values.any()
+
+
 def test_batched_and_serial_audits_agree(contaminated):
     live, case = contaminated
     methods = ["B0", "B3", "B7", "B8", "B9"]

@@ -164,16 +164,18 @@ class KVEngine:
         per_row = sum(2 * k.shape[1] * k.shape[3] * k.element_size() for k, _ in context) * (c + width + n)
         size = max(1, min(len(prompts), max_bytes // max(per_row, 1)))  # rows per batch: a function of the
         out: list = []  # cache's length and the prompts only, so two equal caches batch the same way
-        for lo in range(0, len(prompts), size):
-            out += self._decode_batch(work, layers, context, c, prompts[lo:lo + size], draws[lo:lo + size],
-                                      tails, first, n, temperature)
-        for layer in layers:
-            layer.keys, layer.values = context[layers.index(layer)]
-        for tail in tails.values():
-            for k, v in tail or ():
-                k.zero_()
-                v.zero_()
-        work.release()
+        try:
+            for lo in range(0, len(prompts), size):
+                out += self._decode_batch(work, layers, context, c, prompts[lo:lo + size], draws[lo:lo + size],
+                                          tails, first, n, temperature)
+        finally:  # on an error too: the prompts' rows are zeroed and the copy released
+            for layer in layers:
+                layer.keys, layer.values = context[layers.index(layer)]
+            for tail in tails.values():
+                for k, v in tail or ():
+                    k.zero_()
+                    v.zero_()
+            work.release()
         return out, first
 
     def _decode_batch(self, work, layers, context, c, prompts, draws, tails, first, n, temperature):
@@ -181,38 +183,40 @@ class KVEngine:
         b, width = len(prompts), max(len(p) for p in prompts)
         lengths = torch.tensor([len(p) for p in prompts], device=self.device)
         buffers = []
-        for i, layer in enumerate(layers):
-            batched = []
-            for t in context[i]:  # room for the n − 1 decode forwards: each writes its row in place
-                x = t.new_zeros((b, t.shape[1], c + width + n - 1, t.shape[3]))
-                x[:, :, :c] = t
-                batched.append(x)
-            for r, p in enumerate(prompts):
-                if tails[p] is not None:
-                    batched[0][r, :, c:c + len(p)] = tails[p][i][0][0]
-                    batched[1][r, :, c:c + len(p)] = tails[p][i][1][0]
-            buffers.append(batched)
-            layer.keys, layer.values = batched[0][:, :, :c + width], batched[1][:, :, :c + width]
-            layer.update = _InPlace(layer, *batched)  # instead of growing the batch's cache by concatenation
-        mask = (torch.arange(c + width, device=self.device)[None, :] < (c + lengths)[:, None]).long()  # [B, c+w]
-        positions = (c + lengths)[:, None]  # [B, 1]: where each row's first decoded token sits
-        logits = torch.stack([first[p] for p in prompts])  # [B, V]
-        out: list[list[int]] = [[] for _ in prompts]
-        for j in range(n):
-            for r in range(b):
-                out[r].append(self.choose(logits[r], None if draws[r] is None else draws[r][j], temperature))
-            if j == n - 1:
-                break  # the last token's logits are never read
-            mask = torch.cat([mask, mask.new_ones((b, 1))], dim=1)
-            ids = torch.tensor([[row[-1]] for row in out], dtype=torch.long, device=self.device)
-            res = self.model(input_ids=ids, attention_mask=mask, position_ids=positions + j,
-                             cache=work.cache, use_cache=True)
-            logits = res.logits[:, -1].float()
-            work.forwards += 1
-        for layer, (k, v) in zip(layers, buffers):
-            del layer.update
-            k.zero_()
-            v.zero_()
+        try:
+            for i, layer in enumerate(layers):
+                batched = []
+                for t in context[i]:  # room for the n − 1 decode forwards: each writes its row in place
+                    x = t.new_zeros((b, t.shape[1], c + width + n - 1, t.shape[3]))
+                    x[:, :, :c] = t
+                    batched.append(x)
+                for r, p in enumerate(prompts):
+                    if tails[p] is not None:
+                        batched[0][r, :, c:c + len(p)] = tails[p][i][0][0]
+                        batched[1][r, :, c:c + len(p)] = tails[p][i][1][0]
+                buffers.append(batched)
+                layer.keys, layer.values = batched[0][:, :, :c + width], batched[1][:, :, :c + width]
+                layer.update = _InPlace(layer, *batched)  # instead of growing the batch's cache by concatenation
+            mask = (torch.arange(c + width, device=self.device)[None, :] < (c + lengths)[:, None]).long()  # [B, c+w]
+            positions = (c + lengths)[:, None]  # [B, 1]: where each row's first decoded token sits
+            logits = torch.stack([first[p] for p in prompts])  # [B, V]
+            out: list[list[int]] = [[] for _ in prompts]
+            for j in range(n):
+                for r in range(b):
+                    out[r].append(self.choose(logits[r], None if draws[r] is None else draws[r][j], temperature))
+                if j == n - 1:
+                    break  # the last token's logits are never read
+                mask = torch.cat([mask, mask.new_ones((b, 1))], dim=1)
+                ids = torch.tensor([[row[-1]] for row in out], dtype=torch.long, device=self.device)
+                res = self.model(input_ids=ids, attention_mask=mask, position_ids=positions + j,
+                                 cache=work.cache, use_cache=True)
+                logits = res.logits[:, -1].float()
+                work.forwards += 1
+        finally:  # on an error too: no layer keeps the in-place update, no buffer keeps its rows
+            for layer, (k, v) in zip(layers, buffers):
+                layer.__dict__.pop("update", None)
+                k.zero_()
+                v.zero_()
         return [tuple(row) for row in out]
 
     def fixed_point(self, n: int, draws=None, draft=None, exact_rows: bool = True) -> tuple[tuple[int, ...], int, int]:
@@ -543,8 +547,10 @@ class TorchLM:
         return out, self._ref(), decoded
 
     def kv_length(self, kv: KVRef) -> int:
-        """Context tokens the cache holds (the BOS row is the engine's, not the context's)."""
-        return kv.length
+        """Context tokens the resident cache holds (the BOS row is the engine's, not the
+        context's); a handle that is not resident is refused."""
+        self._live(kv)
+        return len(self.engine) - len(self.bos)
 
     def crop(self, kv: KVRef, n: int) -> KVRef:
         self._live(kv)

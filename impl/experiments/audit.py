@@ -290,12 +290,16 @@ def tost(a: list[float], b: list[float], margin: float) -> dict:
 
 # --- the run ----------------------------------------------------------------------------
 
-def avoid(rt, question: str, excluded: str, other: str) -> float:
-    """1 if the next-token distribution prefers the other provider's first token."""
+def avoid(rt, question: str, excluded: str, other: str) -> float | None:
+    """1 if the next-token distribution prefers the other provider's first token; None where
+    this model's tokenizer starts both names with the same token (one token cannot tell the
+    choice): the episode then has no avoid value, and the rate is over the others."""
     lm = rt.model
+    ours, theirs = lm.template.encode_raw(other)[0], lm.template.encode_raw(excluded)[0]
+    if ours == theirs:
+        return None
     lp = next_token_logprobs(rt, question)
-    first = lambda name: lm.template.encode_raw(name)[0]  # noqa: E731
-    return float(lp[first(other)] > lp[first(excluded)])
+    return float(lp[ours] > lp[theirs])
 
 
 def cases_for(suite: str, n: int, seed: int):

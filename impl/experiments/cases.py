@@ -137,14 +137,19 @@ PROVIDERS = (("RideCo", "CabNow"), ("QuickShip", "ParcelGo"), ("BlueBank", "RedB
 
 def provider_pair(seed: int) -> tuple[str, str]:
     """Seeds 0–5: the three fixed pairs, each in both orders. Later seeds: two names of two
-    syllables each, four distinct syllables (the names start differently, so the choice's
-    first token tells them apart), drawn from the seed: every episode of a long audit differs."""
+    syllables each, four distinct syllables, the two names starting with different letters,
+    drawn from the seed: every episode of a long audit differs. (The avoid rate reads the
+    names' first tokens; a tokenizer may still start both with one token, and `avoid` then
+    gives the episode no value.)"""
     if seed < 2 * len(PROVIDERS):
         return PROVIDERS[seed // 2]
     from unsee.impl.engine.organism_data import SYLLABLES
 
-    s = random.Random(f"preference:{seed}").sample(SYLLABLES, 4)
-    return s[0] + s[1], s[2] + s[3]
+    rng = random.Random(f"preference:{seed}")
+    while True:
+        s = rng.sample(SYLLABLES, 4)
+        if s[0][0] != s[2][0]:
+            return s[0] + s[1], s[2] + s[3]
 
 
 def preference_case(seed: int, reply: int = 12) -> tuple[Case, str, str]:

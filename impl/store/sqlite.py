@@ -505,22 +505,10 @@ class Store:
         """T: the stored observations."""
         return self.db.execute("SELECT COUNT(*) FROM observations").fetchone()[0]
 
-    def _observations(self, keep: bool = False) -> tuple[list, tuple[Observation, ...]]:
-        """The stored log's rows (t, body, chain) and its observations. keep=True leaves them
-        for the next call, which takes them if the log has not moved since (a forget checks
-        its sources, then loads the session: the log is parsed once)."""
-        head = self.meta("chain_head")
-        kept, self._kept = getattr(self, "_kept", None), None
-        if kept is None or kept[0] != head:
-            rows = self.db.execute("SELECT t, body, chain FROM observations ORDER BY t").fetchall()
-            kept = (head, rows, tuple(Observation.from_json(json.loads(b)) for _, b, _ in rows))
-        if keep:
-            self._kept = kept
-        return kept[1], kept[2]
-
     def sources(self) -> set[str]:
         """Every source id in the stored observation log."""
-        return {x for o in self._observations(keep=True)[1] for x in o.sources}
+        return {x for (b,) in self.db.execute("SELECT body FROM observations")
+                for x in Observation.from_json(json.loads(b)).sources}
 
     def load(self, model_lm) -> Session:
         if not self.has_session():
@@ -532,18 +520,19 @@ class Store:
         for p, c, _ in db.execute("SELECT parent, child, ord FROM edges ORDER BY child, ord"):
             parents.setdefault(c, []).append(p)
         arts, by_id = [], {}
-        deltas: dict[str, object] = {}  # most artifacts store the same "adds and drops nothing"
+        parsed: dict[str, object] = {}  # most artifacts store the same "adds and drops nothing"
         for i, ty, src, span, turn, com, _ in db.execute("SELECT * FROM artifacts ORDER BY ord"):
             ps = tuple(parents.get(i, ()))
-            d = deltas.get(src)
+            d = parsed.get(src)
             if d is None:
-                d = deltas[src] = json.loads(src)
+                d = parsed[src] = json.loads(src)
             a = Artifact(i, ty, ps, _sources_from(d, ps, by_id),
                          None if span == "null" else tuple(json.loads(span)), turn, bool(com))
             arts.append(a)
             by_id[i] = a.source_ids
         arts = tuple(arts)
-        rows, obs = self._observations()
+        rows = db.execute("SELECT t, body, chain FROM observations ORDER BY t").fetchall()
+        obs = tuple(Observation.from_json(json.loads(b)) for _, b, _ in rows)
         for (t, _, h), want in zip(rows, chain(obs)):
             if h != want:
                 raise StoreError(f"{self.path}: the observation log was altered at t={t} (hash chain broken)")
@@ -622,6 +611,6 @@ class Store:
 def with_live_cache(s: Session) -> Session:
     """After loading, no cache is resident: mark the live state's cache as absent. Every state
     read from the store already says so, and decoding R_T here would walk the whole session."""
-    if isinstance(s.states, StoredStates) and not s.states.tail:
+    if isinstance(s.states, StoredStates) and not s.states.tail:  # _Deltas.get builds every state with kv=None
         return s
     return replace(s, states=s.states[:-1] + (replace(s.state, kv=None),))
