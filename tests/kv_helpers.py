@@ -25,3 +25,16 @@ def drive(rt, stream):
     for o in stream:
         rt.step(o)
     return rt
+
+
+def assert_b7_equals_b5(model, dtype="float32"):
+    """B7 on EPISODE equals B5 in every layer (K/V under torch.equal), in T−τ+1 transitions."""
+    from unsee.impl.engine.exact import compare
+
+    b7 = drive(kv_factory(model, dtype=dtype)(), EPISODE)
+    receipt = b7.forget(["z"])
+    b5 = drive(kv_factory(model, dtype=dtype)(), EPISODE)
+    b5.forget(["z"], method="B5")
+    eq = compare(b7, b5)
+    assert all(eq.values()), eq
+    assert receipt.transitions == len(EPISODE) - 3 + 1

@@ -9,7 +9,7 @@ from unsee.specs import statements as S
 from unsee.specs.harness import verify
 from unsee.specs.mutants import MUTANTS
 from unsee.impl.engine.runtime import KVRuntime, kv_factory_for
-from tests.kv_helpers import EPISODE, FAMILIES, drive, kv_factory
+from tests.kv_helpers import EPISODE, FAMILIES, assert_b7_equals_b5, drive, kv_factory
 
 
 @pytest.mark.parametrize("model", FAMILIES)
@@ -22,13 +22,7 @@ def test_random_sessions_forget_exactly_and_optimally(model):
 @pytest.mark.parametrize("model", FAMILIES)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_selective_replay_equals_full_reset_under_torch_equal(model, dtype):
-    b7 = drive(kv_factory(model, dtype=dtype)(), EPISODE)
-    receipt = b7.forget(["z"])
-    b5 = drive(kv_factory(model, dtype=dtype)(), EPISODE)
-    b5.forget(["z"], method="B5")
-    eq = compare(b7, b5)
-    assert all(eq.values()), eq
-    assert receipt.transitions == len(EPISODE) - 3 + 1
+    assert_b7_equals_b5(model, dtype)
 
 
 @pytest.mark.parametrize("model", FAMILIES)

@@ -7,14 +7,13 @@ import hashlib
 import pytest
 import torch
 
-from unsee.impl.engine.exact import compare
 from unsee.impl.engine import organism_data as D
 from unsee.impl.engine.organism_data import NAME
 from unsee.impl.engine.runtime import KVRuntime, make_runtime
 from unsee.impl.experiments.audit import generate, leaks
 from unsee.impl.experiments.baselines import memory_delete
 from unsee.model import Config, Observation, Part
-from tests.kv_helpers import EPISODE, drive, kv_factory
+from tests.kv_helpers import assert_b7_equals_b5
 
 
 def test_shipped_weights_load_under_the_kv_engine():
@@ -29,13 +28,7 @@ def test_shipped_weights_load_under_the_kv_engine():
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_selective_replay_equals_full_reset_under_torch_equal(dtype):
-    b7 = drive(kv_factory(NAME, dtype=dtype)(), EPISODE)
-    receipt = b7.forget(["z"])
-    b5 = drive(kv_factory(NAME, dtype=dtype)(), EPISODE)
-    b5.forget(["z"], method="B5")
-    eq = compare(b7, b5)
-    assert all(eq.values()), eq
-    assert receipt.transitions == len(EPISODE) - 3 + 1
+    assert_b7_equals_b5(NAME, dtype)
 
 
 STORY = (
