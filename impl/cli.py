@@ -382,7 +382,10 @@ def audit(suite: str = typer.Option("memory", help="agentdojo | agentdojo:<suite
           decode: str = typer.Option("batched", help="batched: each method's probes and Leak@5 samples decode as "
                                      "one batch; serial: one at a time (for comparison)."),
           attn: str = typer.Option("eager", help="Attention kernel: eager or sdpa (faster on long contexts; "
-                                   "exact either way, but the two kernels' bits differ).")) -> None:
+                                   "exact either way, but the two kernels' bits differ)."),
+          journal: Optional[Path] = typer.Option(None, help="Append each finished episode to this JSON-lines "
+                                                 "file; the same command run again reuses the episodes it "
+                                                 "holds and runs the rest.")) -> None:
     """Apply B0–B9 to the same contaminated states and audit each against B5."""
     from unsee.impl.experiments.audit import run_audit
     from unsee.impl.experiments.baselines import METHODS
@@ -395,12 +398,25 @@ def audit(suite: str = typer.Option("memory", help="agentdojo | agentdojo:<suite
     if workers < 1 or decode not in ("batched", "serial") or attn not in ("eager", "sdpa"):
         _fail(ValueError("--workers must be at least 1" if workers < 1 else "--decode is batched or serial"
                          if decode not in ("batched", "serial") else f"--attn is eager or sdpa, got {attn!r}"))
+    import time
+
+    t0 = time.perf_counter()
+
+    def line(i: int, name: str, reused: bool) -> None:  # off a terminal the bar is not drawn: one line each
+        if not console.is_terminal:
+            console.print(f"audit {i}/{n} {name} ({'from the journal' if reused else 'done'}, "
+                          f"{time.perf_counter() - t0:.0f} s)", highlight=False)
+
     with _progress() as p:
         task = p.add_task(f"audit {suite} on {model}", total=n)
+
+        def step(i: int, name: str, reused: bool) -> None:
+            p.update(task, completed=i, description=f"audit {name}")
+            line(i, name, reused)
+
         try:
-            doc = run_audit(model, suite, n, chosen, seed, tokens,
-                            on_episode=lambda i, name: p.update(task, completed=i, description=f"audit {name}"),
-                            workers=workers, ray=ray, batch=decode == "batched", attn=attn)
+            doc = run_audit(model, suite, n, chosen, seed, tokens, on_episode=step, workers=workers, ray=ray,
+                            batch=decode == "batched", attn=attn, journal=journal)
         except (ValueError, ImportError) as e:
             _fail(e)
     for tab in audit_tabs(doc):
@@ -408,7 +424,8 @@ def audit(suite: str = typer.Option("memory", help="agentdojo | agentdojo:<suite
     out.print(f"{audit_floor_line(doc)}; B7 identical to B5 in every cell: "
               f"{doc['tests'].get('B7', {}).get('identical_to_B5')}")
     r = doc["run"]
-    out.print(f"{n} episodes in {r['seconds']} s ({r['episodes_per_hour']} episodes/hour; "
+    reused = f", {r['episodes_from_journal']} from {journal}" if r["episodes_from_journal"] else ""
+    out.print(f"{r['episodes_run']} episodes run in {r['seconds']} s{reused} ({r['episodes_per_hour'] or '–'} episodes/hour; "
               f"{'Ray' if ray else f'{workers} worker(s)'}, {decode} decode, {attn} attention)")
     _write_json(doc, json_path)
     if markdown is not None:

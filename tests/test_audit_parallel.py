@@ -192,3 +192,35 @@ def test_the_sdpa_kernel_keeps_b7_identical_to_b5_and_is_recorded(serial):
     assert [c["name"] for c in doc["cases"]] == [c["name"] for c in serial["cases"]]
     with pytest.raises(ValueError, match="--attn"):
         run_audit("tiny-llama", "memory", 1, METHODS, attn="flash")
+
+
+def test_a_journal_keeps_finished_episodes_and_a_rerun_reuses_them(serial, tmp_path, monkeypatch):
+    """An audit stopped after its first episode keeps that episode on disk; the same audit run
+    again with the journal runs only the second and gives the serial run's result."""
+    import unsee.impl.experiments.audit as A
+
+    path = tmp_path / "audit.jsonl"
+    real, calls = A._episode_job, []
+
+    def first_then_stop(job):
+        if calls:
+            raise KeyboardInterrupt
+        calls.append(job)
+        return real(job)
+
+    monkeypatch.setattr(A, "_episode_job", first_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        run_audit("tiny-llama", "memory", 2, METHODS, seed=4, n_tokens=4, journal=path)
+    assert len(path.read_text().splitlines()) == 2  # the header and episode 0
+    with path.open("a") as f:
+        f.write('{"i": 1, "case": "memory-pref')  # a line torn by a crash: dropped, that episode runs again
+    ran = []
+    monkeypatch.setattr(A, "_episode_job", lambda job: ran.append(job[5]) or real(job))
+    doc = run_audit("tiny-llama", "memory", 2, METHODS, seed=4, n_tokens=4, journal=path)
+    assert ran == [5]  # episode 1 (seed 4 + 1) alone
+    assert doc["run"]["episodes_run"] == 1 and doc["run"]["episodes_from_journal"] == 1
+    assert _strip(doc) == _strip(serial)
+    again = run_audit("tiny-llama", "memory", 2, METHODS, seed=4, n_tokens=4, journal=path)
+    assert ran == [5] and again["run"]["episodes_run"] == 0 and _strip(again) == _strip(serial)
+    with pytest.raises(A.JournalError, match="n: 2 there, 3 here"):
+        run_audit("tiny-llama", "memory", 3, METHODS, seed=4, n_tokens=4, journal=path)

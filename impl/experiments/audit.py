@@ -18,14 +18,21 @@ episode with no valid needle has no leak values (None) and is listed in `invalid
 Speed: one method's probe and Leak@5 decodes run as one batch (`KVEngine.decode_rows`;
 `batch=False` keeps the one-at-a-time path), and episodes run in parallel processes
 (`workers`) or on a Ray cluster (`ray`), each episode on its own with the same result.
+
+Nothing lost: with a `journal` (JSON lines), each finished episode is appended and flushed to
+disk as it finishes, and running the same audit again with the same journal reuses the episodes
+it holds and runs only the rest (`Journal`).
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import re
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 
@@ -405,14 +412,68 @@ def _on_ray(jobs, address: str, done) -> None:
             ray.shutdown()
 
 
+class JournalError(ValueError):
+    """A journal that belongs to another audit, or that cannot be read."""
+
+
+class Journal:
+    """A JSON-lines file of finished episodes. The first line names the audit (model, suite,
+    n, seed, methods, tokens, decode, kernel); each later line is one episode: its index, its case
+    name and its result, appended and flushed (fsync) when the episode finishes. Opening an
+    existing journal refuses one written by another audit, reads the episodes it holds (a last
+    line cut short by a crash is dropped) and appends from there."""
+
+    def __init__(self, path: Path, header: dict, names: list[str]):
+        self.path, self.done = Path(path), {}
+        lines = self.path.read_text().splitlines() if self.path.exists() else []
+        if lines:
+            try:
+                have = json.loads(lines[0])
+            except json.JSONDecodeError as e:
+                raise JournalError(f"{self.path} is not an audit journal: {e}") from e
+            if have != header:
+                diff = sorted(k for k in set(have) | set(header) if have.get(k) != header.get(k))
+                what = "; ".join(f"{k}: {have.get(k)!r} there, {header.get(k)!r} here" for k in diff)
+                raise JournalError(f"{self.path} is the journal of another audit ({what}); "
+                                   f"give another --journal path")
+            keep = [lines[0]]
+            for line in lines[1:]:
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    break  # a line cut short by a crash: that episode runs again
+                i = rec.get("i")
+                if not isinstance(i, int) or not 0 <= i < len(names) or rec.get("case") != names[i]:
+                    raise JournalError(f"{self.path}: episode {i!r} ({rec.get('case')!r}) is not episode "
+                                       f"{i!r} of this audit")
+                self.done[i] = rec["result"]
+                keep.append(line)
+            if len(keep) < len(lines):  # drop the torn tail before appending after it
+                self.path.write_text("\n".join(keep) + "\n")
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._write(header)
+
+    def _write(self, rec: dict) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps(rec, separators=(",", ":")) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def add(self, i: int, name: str, result: dict) -> None:
+        self._write({"i": i, "case": name, "result": result})
+
+
 def run_audit(model: str, suite: str, n: int, methods, seed: int = 0, n_tokens: int = 24,
               on_episode=None, workers: int = 1, ray: str | None = None, batch: bool = True,
-              attn: str = "eager") -> dict:
+              attn: str = "eager", journal: Path | None = None) -> dict:
     """Audit n episodes of `suite`: serially, in `workers` processes, or as tasks on the Ray
     cluster at `ray` ("local" starts one here). Episode i always runs with seed + i and on its
     own (`run_episode`), so the result does not depend on where or in which order it ran.
     attn: the attention kernel (eager or sdpa; both keep every exactness guarantee, and the
-    run records which one it used: their bits differ, so compare tables of one kernel)."""
+    run records which one it used: their bits differ, so compare tables of one kernel).
+    journal: a JSON-lines file that keeps each finished episode; the same audit run again with it
+    reuses those episodes (`Journal`). on_episode(count, name, reused) follows progress."""
     if workers < 1:
         raise ValueError("--workers must be at least 1")
     if attn not in ("eager", "sdpa"):
@@ -423,20 +484,38 @@ def run_audit(model: str, suite: str, n: int, methods, seed: int = 0, n_tokens: 
             for i, (case, choice) in enumerate(todo)]
     results: list = [None] * len(jobs)
     count = 0
+    book = None
+    if journal is not None:
+        header = {"journal": "unsee audit", "model": model, "suite": suite, "n": n, "seed": seed,
+                  "methods": list(methods), "tokens": n_tokens, "batch": batch, "attn": attn}
+        book = Journal(journal, header, [case.name for case, _ in todo])
+        for i, res in sorted(book.done.items()):
+            results[i] = res
+            count += 1
+            if on_episode:
+                on_episode(count, res["case"]["name"], True)
 
     def done(i: int, res: dict) -> None:
         nonlocal count
+        if book is not None:
+            book.add(i, todo[i][0].name, res)
+            res = json.loads(json.dumps(res))  # what a resumed run reads back: one result either way
         results[i] = res
         count += 1
         if on_episode:
-            on_episode(count, res["case"]["name"])
+            on_episode(count, res["case"]["name"], False)
 
-    if ray:
-        _on_ray(jobs, ray, done)
-    elif workers > 1 and len(jobs) > 1:
-        _parallel(jobs, workers, model, done, attn)
+    left = [(i, job) for i, job in enumerate(jobs) if results[i] is None]
+    idx = [i for i, _ in left]
+    remap = (lambda j, res: done(idx[j], res))  # noqa: E731
+    if not left:
+        pass
+    elif ray:
+        _on_ray([job for _, job in left], ray, remap)
+    elif workers > 1 and len(left) > 1:
+        _parallel([job for _, job in left], workers, model, remap, attn)
     else:
-        for i, job in enumerate(jobs):
+        for i, job in left:
             done(i, _episode_job(job))
     rows: dict[str, list[dict]] = {}
     for res in results:
@@ -444,8 +523,10 @@ def run_audit(model: str, suite: str, n: int, methods, seed: int = 0, n_tokens: 
             rows.setdefault(m, []).append(r)
     doc = summarize(model, suite, n, rows, [res["case"] for res in results])
     seconds = time.perf_counter() - t0
+    ran = len(left)
     doc["run"] = {"workers": workers, "ray": ray, "batch": batch, "attn": attn, "seconds": round(seconds, 1),
-                  "episodes_per_hour": round(3600 * len(jobs) / seconds, 2) if seconds else None}
+                  "episodes_run": ran, "episodes_from_journal": len(jobs) - ran,
+                  "episodes_per_hour": round(3600 * ran / seconds, 2) if seconds and ran else None}
     return doc
 
 
