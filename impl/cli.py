@@ -358,12 +358,6 @@ def demo(model: str = typer.Option("smollm2", help="Model to run the story on.")
         raise typer.Exit(1)
 
 
-def _fmt(v) -> str:
-    from unsee.impl.experiments.reports import fmt
-
-    return fmt(v)
-
-
 @app.command()
 def audit(suite: str = typer.Option("memory", help="agentdojo | agentdojo:<suite> | memory | preference"),
           n: int = typer.Option(4, help="Episodes."),
@@ -475,10 +469,6 @@ def convert_agentdojo(suite: Optional[str] = typer.Option(None, help="workspace 
         raise typer.Exit(1)
 
 
-def _kv_level(d: dict) -> str:
-    return "exact" if d["bit_exact"] else f"{d['max_abs_dkv']:.1e}"
-
-
 bench_app = typer.Typer(help="Benchmarks: measured side by side, counts and times reported.")
 app.add_typer(bench_app, name="bench")
 
@@ -490,20 +480,14 @@ def bench_store(T: list[int] = typer.Option([100, 200, 400, 800], "--T", help="S
                 json_path: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here.")) -> None:
     """Store bytes per turn and forget cost at a fixed suffix, as T grows (reference model)."""
     from unsee.impl.experiments.bench_store import store_scaling
+    from unsee.impl.experiments.reports import rich_table, store_tab
 
     if suffix < 1 or any(t <= suffix for t in T) or repeats < 1:
         _fail(ValueError("every --T must exceed --suffix >= 1, and --repeats must be >= 1"))
     with _progress() as p:
         task = p.add_task("store scaling", total=len(T))
         doc = store_scaling(tuple(T), suffix, repeats, on_point=lambda r: p.advance(task))
-    t = Table(title=f"store and forget cost at a fixed suffix of {suffix} (reference model, forget in a new process)")
-    for c in ("T", "bytes per turn", "forget s (open+replay+save)", "× vs first", "process s", "transitions"):
-        t.add_column(c, justify="right")
-    for r in doc["rows"]:
-        t.add_row(str(r["T"]), f"{r['bytes_per_turn']:,.0f}", f"{r['forget_seconds']:.3f}",
-                  f"{r['forget_ratio_vs_first']:.2f}", f"{r['forget_process_seconds']:.2f}",
-                  str(r["runs"][0]["transitions"]))
-    out.print(t)
+    out.print(rich_table(store_tab(doc)))
     _write_json(doc, json_path)
 
 
@@ -526,9 +510,11 @@ def bench_cost_law(model: str = typer.Option("tiny-llama", help="Model name or p
                                                                     "sweep (repeatable; default B5, B5', B7, B7-decode: "
                                                                     "Algorithm 1 decoding every reply). B7 is always in."),
                    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
+                   markdown: Optional[Path] = typer.Option(None, help="Write the tables as Markdown here."),
                    plot_path: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG of the sweeps here.")) -> None:
     """Sweep τ and indep; B5, B5′ and B7 on the same sessions; fit B7's cost to T−τ+1."""
     from unsee.impl.experiments.bench import AGENT_SUFFIX, AGENT_T, SWEEP_METHODS, cost_law, plot, sweep_taus
+    from unsee.impl.experiments.reports import Tab, cost_law_report, report_markdown, rich_table
 
     try:
         fractions = [float(x) for x in _many(indep, "0,0.25,0.5,0.75,1")]
@@ -551,121 +537,15 @@ def bench_cost_law(model: str = typer.Option("tiny-llama", help="Model name or p
         task = p.add_task(f"cost law ({shape}) on {model}", total=total)
         doc = cost_law(model, T, fractions, reply, repeats, sizes, on_point=lambda: p.advance(task), shape=shape,
                        cross=cross_process, sweep_tau=sweep_tau, sweep_methods=methods)
-    agent = shape == "agent"
-    if agent:
-        sp = doc["system_prompt"]
-        out.print(f"agent shape: system prompt with {sp['tools']} tool schemas, {sp['tokens']} tokens ({model}); "
-                  f"T={T} observations, the target a tool result at τ=T−{AGENT_SUFFIX - 1}")
-    what = f"{len(doc['tau_sweep'])} suffixes" if agent else "every τ"
-    t = Table(title=f"τ sweep ({shape}, {what}), T={T} ({model}): tokens recomputed (prefilled+decoded), transitions")
-    for c in ("τ", "T−τ+1", "B5", "B5′", "B7", "B7-decode", "B7 transitions", "B7 s (median)", "B5 s (median)"):
-        t.add_column(c, justify="right")
-
-    def cell(r, m, key="recomputed", fmt=str):
-        return fmt(r[m][key]) if m in r else "–"
-    for r in doc["tau_sweep"]:
-        t.add_row(str(r["tau"]), str(r["suffix"]), cell(r, "B5"), cell(r, "B5'"), cell(r, "B7"), cell(r, "B7-decode"),
-                  cell(r, "B7", "transitions"), cell(r, "B7", "seconds_median", "{:.3f}".format),
-                  cell(r, "B5", "seconds_median", "{:.3f}".format))
-    if doc["tau_sweep"]:
-        out.print(t)
-    t2 = Table(title=f"indep sweep at T={doc['paper_shape']['T']}, τ={doc['paper_shape']['tau']}: tokens decoded "
-                     "(prefilled), token-equal / bit-exact vs B5, max|ΔKV|")
-    t2.add_column("indep")
-    for m in ("B5", "B5'", "B7", "B7-oracle"):
-        t2.add_column(m, justify="right")
-    for r in doc["indep_sweep"]:
-        cells = [f"{r['B5']['tokens_decoded']} ({r['B5']['tokens_prefilled']})"]
-        for m in ("B5'", "B7", "B7-oracle"):
-            d = r[m]
-            cells.append(f"{d['tokens_decoded']} ({d['tokens_prefilled']}) "
-                         f"{'=' if d['token_equal'] else '≠'}/{_kv_level(d)}")
-        t2.add_row(str(r["indep"]), *cells)
-    out.print(t2)
-    f = doc["fit"]
-    if f:
-        out.print(f"B7 recomputed tokens = {f['slope']:.2f}·(T−τ+1) + {f['intercept']:.1f}, R² = {f['r2']:.5f}; "
-                  f"transitions R² = {doc['fit_transitions']['r2']:.5f}")
-    a1 = doc.get("fit_algorithm1")
-    if a1:
-        out.print(f"B7-decode (Algorithm 1, every reply decoded) = {a1['slope']:.2f}·(T−τ+1) + {a1['intercept']:.1f}, "
-                  f"R² = {a1['r2']:.5f}; B7's drafts skip the replies the target did not change, so its cost also "
-                  "depends on which those are")
-    fd = doc["fit_decoded_vs_indep"]
-    if fd:
-        out.print(f"B7 tokens decoded = {fd['slope']:.1f}·indep + {fd['intercept']:.1f}, R² = {fd['r2']:.4f} "
-                  f"(replies skipped at each indep: "
-                  f"{', '.join(str(r['B7']['replies_skipped']) + '/' + str(r['B7']['replies']) for r in doc['indep_sweep'])})")
-    if agent:
-        ps = doc["paper_shape"]
-        out.print(f"at suffix {ps['suffix']} (τ={ps['tau']}, indep {ps['indep']}): recomputed tokens B5/B7 = "
-                  f"{doc['ratio_full_reset']:.2f}×, B5′/B7 = {doc['ratio_prefix_cached']:.2f}×; in-process seconds "
-                  f"B5/B7 = {_fmt(doc['ratio_seconds_full_reset_in_process'])}×, "
-                  f"B5′/B7 = {_fmt(doc['ratio_seconds_prefix_cached'])}×")
-    else:
-        out.print(f"at the paper's shape: B5/B7 = {doc['ratio_full_reset']:.2f}×, B5′/B7 = {doc['ratio_prefix_cached']:.2f}×")
-    if cross_process:
-        _print_cross_process(doc)
-    suffix = doc["flat_in_T"][0]["suffix"] if doc["flat_in_T"] else 4
-    t3 = Table(title=f"forget cost vs T at a fixed suffix of {suffix}")
-    for c in ("T", "B7 recomputed", "B5 recomputed", "B7 s", "B5 s"):
-        t3.add_column(c, justify="right")
-    for r in doc["flat_in_T"]:
-        t3.add_row(str(r["T"]), str(r["B7_recomputed"]), str(r["B5_recomputed"]), f"{r['B7_seconds']:.3f}",
-                   f"{r['B5_seconds']:.3f}")
-    if doc["flat_in_T"]:
-        out.print(t3)
-    pv = doc["provenance"]
-    out.print(f"provenance recording: {100 * pv['fraction']:.2f}% of step time ({pv['artifacts']} artifacts); "
-              f"checkpoint metadata {pv['checkpoint_bytes_mean']:.0f} B mean, {pv['checkpoint_bytes_max']} B max")
-    out.print(f"per step: the fixed-point check of each reply {100 * pv['verify_fraction']:.1f}% of step time, "
-              f"K/V page capture {100 * pv['page_capture_fraction']:.2f}%")
-    for r in doc["closure_query"]:
-        out.print(f"taint closure on {r['artifacts']:>9,} artifacts: {1000 * r['seconds']:.1f} ms ({r['closure']:,} tainted)")
+    for item in cost_law_report(doc):
+        out.print(rich_table(item) if isinstance(item, Tab) else item)
+    if markdown is not None:
+        markdown.write_text(report_markdown(f"unsee bench cost-law: {model}, {shape} shape, T={T}", cost_law_report(doc)))
+        console.print(f"[dim]wrote {markdown}[/dim]")
     _write_json(doc, json_path)
     if plot_path is not None:
         plot(doc, plot_path)
         console.print(f"[dim]wrote {plot_path}[/dim]")
-
-
-def _print_cross_process(doc: dict) -> None:
-    """The agent shape across processes: `unsee forget` per method on a copy of the stored session."""
-    rows = doc["cross_process"]
-    r0 = rows[0]
-
-    def secs(x):
-        return "—" if x is None else f"{x:.3f}"
-
-    t = Table(title=f"across processes (agent shape, T={r0['T']}, τ={r0['tau']}, suffix {r0['suffix']}): "
-                    "`unsee forget` in a fresh process, no cache resident; tokens from the receipts "
-                    "(remat. = re-materialized)")
-    for c in ("indep", "method", "transitions", "prefilled", "decoded", "skipped", "remat.", "restored"):
-        t.add_column(c, justify="right")
-    for r in rows:
-        for m in ("B5", "B5'", "B7"):
-            d = r[m]
-            t.add_row(str(r["indep"]), m, str(d["transitions"]), str(d["tokens_prefilled"]), str(d["tokens_decoded"]),
-                      f"{_fmt(d.get('replies_skipped'))}/{_fmt(d.get('replies'))}",
-                      str(d["tokens_rematerialized"]), _fmt(d.get("tokens_restored")))
-    out.print(t)
-    same = all(r["digests_equal"] for r in rows)
-    each = ", ".join(f"indep {r['indep']}: {'yes' if r['digests_equal'] else 'NO'}" for r in rows)
-    out.print(f"B7's receipt digests equal B5's in every layer: [{'green' if same else 'red'}]{each}[/]")
-    t2 = Table(title="across processes: seconds (median of repeats)")
-    for c in ("indep", "method", "load", "forget", "save", "whole process"):
-        t2.add_column(c, justify="right")
-    for r in rows:
-        for m in ("B5", "B5'", "B7"):
-            d = r[m]
-            t2.add_row(str(r["indep"]), m, secs(d["load_seconds"]), secs(d["seconds"]), secs(d.get("save_seconds")),
-                       secs(d["process_seconds"]))
-    out.print(t2)
-    out.print(f"across processes: B5/B7 forget seconds = {_fmt(doc['ratio_seconds_full_reset'])}× "
-              f"(whole process {_fmt(doc['ratio_process_seconds_full_reset'])}×); B7 re-materialized "
-              f"{doc['tokens_rematerialized']} tokens (restored {_fmt(doc.get('tokens_restored'))}), load "
-              f"{secs(doc['load_seconds'])} s; B5′/B7 forget seconds = "
-              f"{_fmt(doc.get('ratio_seconds_prefix_cached_cross_process'))}× across processes, "
-              f"{_fmt(doc['ratio_seconds_prefix_cached'])}× in process")
 
 
 def main() -> None:  # pragma: no cover

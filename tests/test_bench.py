@@ -237,3 +237,32 @@ def test_agent_shape_across_processes(tmp_path):
         assert r["digests_equal"]  # B7 in one process and B5 in another reach the same state, every layer
         assert b7["process_seconds"] > 0 and b7["seconds"] is not None
     assert doc["tokens_rematerialized"] == doc["cross_process"][0]["B7"]["tokens_rematerialized"]
+
+
+def test_the_bench_reports_render_every_committed_result():
+    """`unsee bench cost-law` and `bench store` print what `reports` builds from their JSON; the
+    committed results (short and agent shape, in process and across processes) all render, to the
+    terminal and to Markdown, with the figures the JSON holds."""
+    import json
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from unsee.impl.experiments.reports import Tab, cost_law_report, report_markdown, rich_table, store_tab
+
+    results = Path(__file__).resolve().parents[1] / "docs" / "results"
+    agent = json.loads((results / "cost-law-agent-tiny-llama.json").read_text())
+    items = cost_law_report(agent)
+    text = report_markdown("cost law", items)
+    assert f"B5/B7 = {agent['ratio_full_reset']:.2f}×" in text
+    assert f"re-materialized {agent['tokens_rematerialized']} tokens" in text
+    assert "| indep | method | transitions |" in text  # the cross-process table
+    assert sum(isinstance(x, Tab) for x in items) == 5  # τ sweep, indep sweep, two cross-process, flat in T
+    console = Console(record=True, width=200)
+    for x in items:
+        console.print(rich_table(x) if isinstance(x, Tab) else x)
+    assert f"R² = {agent['fit']['r2']:.5f}" in console.export_text()
+    store = json.loads((results / "store-scaling.json").read_text())
+    tab = store_tab(store)
+    assert [r[0] for r in tab.rows] == [str(r["T"]) for r in store["rows"]]
+    assert tab.rows[-1][1] == f"{store['rows'][-1]['bytes_per_turn']:,.0f}"

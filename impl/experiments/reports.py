@@ -139,3 +139,139 @@ def audit_markdown(doc: dict) -> str:
         if tab.title == "Leak per probe":
             parts += [audit_floor_line(doc), ""]
     return "\n".join(parts)
+
+
+# --- benchmarks: `unsee bench store` and `unsee bench cost-law` ---
+
+def store_tab(doc: dict) -> Tab:
+    t = Tab(f"store and forget cost at a fixed suffix of {doc['suffix']} (reference model, forget in a new process)",
+            ("T", "bytes per turn", "forget s (open+replay+save)", "× vs first", "process s", "transitions"))
+    for r in doc["rows"]:
+        t.add(str(r["T"]), f"{r['bytes_per_turn']:,.0f}", f"{r['forget_seconds']:.3f}",
+              f"{r['forget_ratio_vs_first']:.2f}", f"{r['forget_process_seconds']:.2f}", str(r["runs"][0]["transitions"]))
+    return t
+
+
+def _kv_level(d: dict) -> str:
+    return "exact" if d["bit_exact"] else f"{d['max_abs_dkv']:.1e}"
+
+
+def _plus(x: float, digits: int = 1) -> str:
+    """' + 3.0' or ' − 3.0': a fit's intercept after its slope term."""
+    return f" {'−' if x < 0 else '+'} {abs(x):.{digits}f}"
+
+
+def _secs(x) -> str:
+    return "—" if x is None else f"{x:.3f}"
+
+
+def cost_law_report(doc: dict) -> list:
+    """`unsee bench cost-law`'s result as tables and lines (a `Tab` or a str each), in order."""
+    items: list = []
+    model, T, shape = doc["model"], doc["T"], doc["shape"]
+    agent = shape == "agent"
+    if agent:
+        sp, ps = doc["system_prompt"], doc["paper_shape"]
+        items.append(f"agent shape: system prompt with {sp['tools']} tool schemas, {sp['tokens']} tokens ({model}); "
+                     f"T={T} observations, the target a tool result at τ=T−{ps['suffix'] - 1}")
+    if doc["tau_sweep"]:
+        what = f"{len(doc['tau_sweep'])} suffixes" if agent else "every τ"
+        t = Tab(f"τ sweep ({shape}, {what}), T={T} ({model}): tokens recomputed (prefilled+decoded), transitions",
+                ("τ", "T−τ+1", "B5", "B5′", "B7", "B7-decode", "B7 transitions", "B7 s (median)", "B5 s (median)"))
+
+        def cell(r, m, key="recomputed", form=str):
+            return form(r[m][key]) if m in r else "–"
+        for r in doc["tau_sweep"]:
+            t.add(str(r["tau"]), str(r["suffix"]), cell(r, "B5"), cell(r, "B5'"), cell(r, "B7"), cell(r, "B7-decode"),
+                  cell(r, "B7", "transitions"), cell(r, "B7", "seconds_median", "{:.3f}".format),
+                  cell(r, "B5", "seconds_median", "{:.3f}".format))
+        items.append(t)
+    t = Tab(f"indep sweep at T={doc['paper_shape']['T']}, τ={doc['paper_shape']['tau']}: tokens decoded "
+            "(prefilled), token-equal / bit-exact vs B5, max|ΔKV|", ("indep", "B5", "B5'", "B7", "B7-oracle"))
+    for r in doc["indep_sweep"]:
+        cells = [f"{r['B5']['tokens_decoded']} ({r['B5']['tokens_prefilled']})"]
+        for m in ("B5'", "B7", "B7-oracle"):
+            d = r[m]
+            cells.append(f"{d['tokens_decoded']} ({d['tokens_prefilled']}) "
+                         f"{'=' if d['token_equal'] else '≠'}/{_kv_level(d)}")
+        t.add(str(r["indep"]), *cells)
+    items.append(t)
+    f = doc["fit"]
+    if f:
+        items.append(f"B7 recomputed tokens = {f['slope']:.2f}·(T−τ+1){_plus(f['intercept'])}, R² = {f['r2']:.5f}; "
+                     f"transitions R² = {doc['fit_transitions']['r2']:.5f}")
+    a1 = doc.get("fit_algorithm1")
+    if a1:
+        items.append(f"B7-decode (Algorithm 1, every reply decoded) = {a1['slope']:.2f}·(T−τ+1)"
+                     f"{_plus(a1['intercept'])}, R² = {a1['r2']:.5f}; B7's drafts skip the replies the target did not "
+                     "change, so its cost also depends on which those are")
+    fd = doc["fit_decoded_vs_indep"]
+    if fd:
+        skipped = ", ".join(f"{r['B7']['replies_skipped']}/{r['B7']['replies']}" for r in doc["indep_sweep"])
+        items.append(f"B7 tokens decoded = {fd['slope']:.1f}·indep{_plus(fd['intercept'])}, R² = {fd['r2']:.4f} "
+                     f"(replies skipped at each indep: {skipped})")
+    if agent:
+        ps = doc["paper_shape"]
+        items.append(f"at suffix {ps['suffix']} (τ={ps['tau']}, indep {ps['indep']}): recomputed tokens B5/B7 = "
+                     f"{doc['ratio_full_reset']:.2f}×, B5′/B7 = {doc['ratio_prefix_cached']:.2f}×; in-process "
+                     f"seconds B5/B7 = {fmt(doc['ratio_seconds_full_reset_in_process'])}×, "
+                     f"B5′/B7 = {fmt(doc['ratio_seconds_prefix_cached'])}×")
+    else:
+        items.append(f"at the paper's shape: B5/B7 = {doc['ratio_full_reset']:.2f}×, "
+                     f"B5′/B7 = {doc['ratio_prefix_cached']:.2f}×")
+    if doc.get("cross_process"):
+        items += cross_process_report(doc)
+    if doc["flat_in_T"]:
+        t = Tab(f"forget cost vs T at a fixed suffix of {doc['flat_in_T'][0]['suffix']}",
+                ("T", "B7 recomputed", "B5 recomputed", "B7 s", "B5 s"))
+        for r in doc["flat_in_T"]:
+            t.add(str(r["T"]), str(r["B7_recomputed"]), str(r["B5_recomputed"]), f"{r['B7_seconds']:.3f}",
+                  f"{r['B5_seconds']:.3f}")
+        items.append(t)
+    pv = doc["provenance"]
+    items.append(f"provenance recording: {100 * pv['fraction']:.2f}% of step time ({pv['artifacts']} artifacts); "
+                 f"checkpoint metadata {pv['checkpoint_bytes_mean']:.0f} B mean, {pv['checkpoint_bytes_max']} B max")
+    items.append(f"per step: the fixed-point check of each reply {100 * pv['verify_fraction']:.1f}% of step time, "
+                 f"K/V page capture {100 * pv['page_capture_fraction']:.2f}%")
+    for r in doc["closure_query"]:
+        items.append(f"taint closure on {r['artifacts']:>9,} artifacts: {1000 * r['seconds']:.1f} ms "
+                     f"({r['closure']:,} tainted)")
+    return items
+
+
+def cross_process_report(doc: dict) -> list:
+    """The agent shape across processes: `unsee forget` per method on a copy of the stored session."""
+    rows = doc["cross_process"]
+    r0 = rows[0]
+    t = Tab(f"across processes (agent shape, T={r0['T']}, τ={r0['tau']}, suffix {r0['suffix']}): `unsee forget` in "
+            "a fresh process, no cache resident; tokens from the receipts (remat. = re-materialized)",
+            ("indep", "method", "transitions", "prefilled", "decoded", "skipped", "remat.", "restored"))
+    for r in rows:
+        for m in ("B5", "B5'", "B7"):
+            d = r[m]
+            t.add(str(r["indep"]), m, str(d["transitions"]), str(d["tokens_prefilled"]), str(d["tokens_decoded"]),
+                  f"{fmt(d.get('replies_skipped'))}/{fmt(d.get('replies'))}", str(d["tokens_rematerialized"]),
+                  fmt(d.get("tokens_restored")))
+    each = ", ".join(f"indep {r['indep']}: {'yes' if r['digests_equal'] else 'NO'}" for r in rows)
+    secs = Tab("across processes: seconds (median of repeats)",
+               ("indep", "method", "load", "forget", "save", "whole process"))
+    for r in rows:
+        for m in ("B5", "B5'", "B7"):
+            d = r[m]
+            secs.add(str(r["indep"]), m, _secs(d["load_seconds"]), _secs(d["seconds"]), _secs(d.get("save_seconds")),
+                     _secs(d["process_seconds"]))
+    return [t, f"B7's receipt digests equal B5's in every layer: {each}", secs,
+            f"across processes: B5/B7 forget seconds = {fmt(doc['ratio_seconds_full_reset'])}× "
+            f"(whole process {fmt(doc['ratio_process_seconds_full_reset'])}×); B7 re-materialized "
+            f"{doc['tokens_rematerialized']} tokens (restored {fmt(doc.get('tokens_restored'))}), load "
+            f"{_secs(doc['load_seconds'])} s; B5′/B7 forget seconds = "
+            f"{fmt(doc.get('ratio_seconds_prefix_cached_cross_process'))}× across processes, "
+            f"{fmt(doc['ratio_seconds_prefix_cached'])}× in process"]
+
+
+def report_markdown(title: str, items: list) -> str:
+    """A benchmark's tables and lines as one Markdown document."""
+    parts = [f"# {title}", ""]
+    for x in items:
+        parts.append(markdown(x) if isinstance(x, Tab) else x + "\n")
+    return "\n".join(parts)
