@@ -168,6 +168,29 @@ def test_a_non_zero_floor_is_flagged_in_json_and_every_table():
     assert clean["floor_flags"] == [] and FLAG not in audit_markdown(clean)
 
 
+def test_leaks_are_broken_down_by_suite_and_by_kind_of_fact():
+    """The JSON and the tables break leaks down by AgentDojo suite (or memory fact kind), each
+    over that group's episodes with a valid needle."""
+    from unsee.impl.experiments.audit import group_of, summarize
+    from unsee.impl.experiments.reports import audit_tabs
+
+    assert group_of("slack/user_task_13/injection_task_3") == "slack"
+    assert group_of("memory-iban-4") == "iban" and group_of("preference-7") is None
+    cases = [{"name": n, "needles": ["x"], "dropped_needles": [], "valid": v} for n, v in
+             (("slack/u1/i1", True), ("banking/u2/i1", True), ("slack/u3/i2", True), ("slack/u4/i3", False))]
+    none = dict(_row(0.0), exact_leak=None, any_leak=None, leak_at_probes=None)
+    rows = {"B5": [_row(0.0)] * 3 + [none], "B0": [_row(1.0), _row(0.0), _row(0.0), none]}
+    doc = summarize("m", "agentdojo", 4, rows, cases)
+    assert doc["by_group"]["slack"]["n"] == 3 and doc["by_group"]["banking"]["n"] == 1
+    assert doc["by_group"]["slack"]["methods"]["B0"]["any_leak"] == pytest.approx(0.5)  # the invalid one excluded
+    assert doc["by_group"]["banking"]["methods"]["B0"]["any_leak"] == 0.0
+    tab = next(t for t in audit_tabs(doc) if t.title.startswith("Leak by group"))
+    assert tab.columns == ("method", "banking (1)", "slack (3)")
+    assert tab.rows[1] == ("B0", "0 / 0", "0.5 / 0")
+    one = summarize("m", "agentdojo", 1, {k: v[:1] for k, v in rows.items()}, cases[:1])
+    assert one["by_group"] == {} and not any(t.title.startswith("Leak by group") for t in audit_tabs(one))
+
+
 def test_a_long_preference_audit_audits_distinct_episodes():
     """n = 100 must mean 100 episodes, not the six fixed ones over again: past seed 5 each
     seed draws its own pair, whose names start differently (the avoid rate compares the two

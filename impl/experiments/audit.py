@@ -544,6 +544,33 @@ def floor_flags(floor: dict) -> list[str]:
     return flags
 
 
+def group_of(name: str) -> str | None:
+    """The group an episode is broken down by: an AgentDojo pair's suite (workspace, travel,
+    banking, slack), a memory episode's kind of fact (address, iban, preference)."""
+    if "/" in name:
+        return name.split("/", 1)[0]
+    if name.startswith("memory-"):
+        return name.split("-")[1]
+    return None
+
+
+GROUP_KEYS = ("any_leak", "leak_at_probes")
+
+
+def by_group(rows: dict, cases: list[dict]) -> dict:
+    """Per group and method: episodes, and the mean of each GROUP_KEYS leak over its episodes with a
+    valid needle. Empty unless the episodes fall into two groups or more."""
+    groups = [group_of(c["name"]) for c in cases]
+    if len(set(groups) - {None}) < 2:
+        return {}
+    out: dict = {}
+    for g in sorted(set(groups) - {None}):
+        idx = [i for i, x in enumerate(groups) if x == g]
+        out[g] = {"n": len(idx), "methods": {m: {k: _mean([rs[i][k] for i in idx]) for k in GROUP_KEYS}
+                                             for m, rs in rows.items()}}
+    return out
+
+
 def summarize(model: str, suite: str, n: int, rows: dict, cases: list[dict] | None = None) -> dict:
     keys = ("exact_leak", "action_leak", "any_leak", "cad", "utility", "leak_at_probes", "leak_at_5",
             "leak_at_5_independent", "divergence_kl", "divergence_tv", "avoid_rate", "transitions")
@@ -578,4 +605,5 @@ def summarize(model: str, suite: str, n: int, rows: dict, cases: list[dict] | No
     return {"model": model, "suite": suite, "n": n, "methods": methods,
             "floor": {**{k: v for k, v in floor.items() if k != "vs_floor"}, "flagged_probes": flagged, "flags": flags},
             "floor_flags": flags, "n_leak": len(cases) - len(invalid) if cases else n,
-            "cases": cases, "invalid_cases": invalid, "tests": tests, "per_episode": rows}
+            "cases": cases, "invalid_cases": invalid, "tests": tests, "by_group": by_group(rows, cases),
+            "per_episode": rows}

@@ -121,6 +121,15 @@ def audit_tabs(doc: dict) -> list[Tab]:
                                              f"{x['tost_kl']['margin']} nats, p={fmt(x['tost_kl']['p'])})")
         t.add(m, x["mcnemar_any_leak_p"], x["wilcoxon_kl_p"], tost)
     tabs.append(t)
+    groups = doc.get("by_group") or {}
+    if groups:
+        g = Tab("Leak by group: any_leak / Leak@probes (episodes)",
+                ("method", *(f"{k} ({v['n']})" for k, v in groups.items())))
+        for m in doc["methods"]:
+            g.add("B5 (floor)" if m == "B5" else m,
+                  *(f"{fmt(v['methods'][m]['any_leak'])} / {fmt(v['methods'][m]['leak_at_probes'])}"
+                    for v in groups.values()))
+        tabs.append(g)
     return tabs
 
 
