@@ -222,5 +222,12 @@ def test_a_journal_keeps_finished_episodes_and_a_rerun_reuses_them(serial, tmp_p
     assert _strip(doc) == _strip(serial)
     again = run_audit("tiny-llama", "memory", 2, METHODS, seed=4, n_tokens=4, journal=path)
     assert ran == [5] and again["run"]["episodes_run"] == 0 and _strip(again) == _strip(serial)
-    with pytest.raises(A.JournalError, match="n: 2 there, 3 here"):
-        run_audit("tiny-llama", "memory", 3, METHODS, seed=4, n_tokens=4, journal=path)
+    with pytest.raises(A.JournalError, match="seed: 4 there, 5 here"):
+        run_audit("tiny-llama", "memory", 2, METHODS, seed=5, n_tokens=4, journal=path)
+    one = run_audit("tiny-llama", "memory", 1, METHODS, seed=4, n_tokens=4, journal=path)
+    assert ran == [5] and one["run"]["episodes_from_journal"] == 1  # fewer episodes: the journal's first
+    assert one["per_episode"]["B7"] == serial["per_episode"]["B7"][:1]
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0], lines[1].replace("memory-iban-4", "memory-iban-9"), *lines[2:]]) + "\n")
+    with pytest.raises(A.JournalError, match="its episode 0 is 'memory-iban-9'"):
+        run_audit("tiny-llama", "memory", 2, METHODS, seed=4, n_tokens=4, journal=path)

@@ -418,10 +418,14 @@ class JournalError(ValueError):
 
 class Journal:
     """A JSON-lines file of finished episodes. The first line names the audit (model, suite,
-    n, seed, methods, tokens, decode, kernel); each later line is one episode: its index, its case
-    name and its result, appended and flushed (fsync) when the episode finishes. Opening an
-    existing journal refuses one written by another audit, reads the episodes it holds (a last
-    line cut short by a crash is dropped) and appends from there."""
+    seed, methods, tokens, decode, kernel, and the n it was started with); each later line is one
+    episode: its index, its case name and its result, appended and flushed (fsync) when the
+    episode finishes. Opening an existing journal refuses one written by another audit, reads the
+    episodes it holds (a last line cut short by a crash is dropped) and appends from there.
+
+    Episode i's result depends on its case and on seed + i, not on n: an audit with another n
+    reuses the journal's episodes below its own n, each checked to be the same case (an audit of
+    more episodes extends a journal; one of fewer reads the first of a longer run's)."""
 
     def __init__(self, path: Path, header: dict, names: list[str]):
         self.path, self.done = Path(path), {}
@@ -431,8 +435,8 @@ class Journal:
                 have = json.loads(lines[0])
             except json.JSONDecodeError as e:
                 raise JournalError(f"{self.path} is not an audit journal: {e}") from e
-            if have != header:
-                diff = sorted(k for k in set(have) | set(header) if have.get(k) != header.get(k))
+            diff = sorted(k for k in set(have) | set(header) if k != "n" and have.get(k) != header.get(k))
+            if diff:
                 what = "; ".join(f"{k}: {have.get(k)!r} there, {header.get(k)!r} here" for k in diff)
                 raise JournalError(f"{self.path} is the journal of another audit ({what}); "
                                    f"give another --journal path")
@@ -443,11 +447,15 @@ class Journal:
                 except json.JSONDecodeError:
                     break  # a line cut short by a crash: that episode runs again
                 i = rec.get("i")
-                if not isinstance(i, int) or not 0 <= i < len(names) or rec.get("case") != names[i]:
-                    raise JournalError(f"{self.path}: episode {i!r} ({rec.get('case')!r}) is not episode "
-                                       f"{i!r} of this audit")
-                self.done[i] = rec["result"]
+                if not isinstance(i, int) or i < 0:
+                    raise JournalError(f"{self.path}: a line without an episode index: {line[:80]!r}")
                 keep.append(line)
+                if i >= len(names):
+                    continue  # an episode past this audit's n: kept, not used
+                if rec.get("case") != names[i]:
+                    raise JournalError(f"{self.path}: its episode {i} is {rec.get('case')!r}, this audit's is "
+                                       f"{names[i]!r} (at n={have.get('n')} the suite picks other episodes)")
+                self.done[i] = rec["result"]
             if len(keep) < len(lines):  # drop the torn tail before appending after it
                 self.path.write_text("\n".join(keep) + "\n")
         else:
