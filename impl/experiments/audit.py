@@ -32,6 +32,7 @@ import os
 import re
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -309,7 +310,26 @@ def avoid(rt, question: str, excluded: str, other: str) -> float | None:
     return float(lp[ours] > lp[theirs])
 
 
+@dataclass(frozen=True)
+class PairCase:
+    """An AgentDojo pair, built into its `Case` where its episode runs: building one runs the
+    suite's environment (about 0.2 s), so 949 of them built up front held a run's workers idle
+    for minutes. The name is the built case's."""
+
+    name: str
+    pair: tuple[str, str, str]
+
+    def build(self) -> Case:
+        from unsee.impl.experiments.cases import agentdojo_case
+
+        case = agentdojo_case(*self.pair)
+        assert case.name == self.name, (case.name, self.name)
+        return case
+
+
 def cases_for(suite: str, n: int, seed: int):
+    """The suite's n episodes as (case, preference choice or None): a `Case`, or a `PairCase`
+    that `run_episode` builds."""
     from unsee.impl.experiments import cases as E
 
     if suite == "memory":
@@ -327,7 +347,7 @@ def cases_for(suite: str, n: int, seed: int):
         all_pairs = list(pairs(only))
         rng = __import__("random").Random(seed)
         picks = rng.sample(all_pairs, min(n, len(all_pairs)))
-        return [(E.agentdojo_case(*p), None) for p in picks]
+        return [(PairCase("/".join(p), tuple(p)), None) for p in picks]
     raise ValueError(f"unknown suite {suite!r}: agentdojo, agentdojo:<suite>, memory or preference")
 
 
@@ -359,6 +379,8 @@ def run_episode(model: str, case: Case, choice, methods, n_tokens: int, seed: in
     from unsee.impl.engine.runtime import KVRuntime
     from unsee.model.state import Config
 
+    if isinstance(case, PairCase):
+        case = case.build()
     live = KVRuntime(model, Config(summary_tokens=n_tokens, plan_tokens=min(16, n_tokens)), attn=attn)
     with own_memo(live.model.template):
         extra = audit_prompts(case) + ([choice[0]] if choice else [])
