@@ -1,6 +1,8 @@
 """Audit throughput without changing a result: batched decoding of one method's probes and
 Leak@5 samples, episodes in worker processes and on a (local) Ray cluster."""
 
+import json
+
 import pytest
 import torch
 
@@ -231,3 +233,11 @@ def test_a_journal_keeps_finished_episodes_and_a_rerun_reuses_them(serial, tmp_p
     path.write_text("\n".join([lines[0], lines[1].replace("memory-iban-4", "memory-iban-9"), *lines[2:]]) + "\n")
     with pytest.raises(A.JournalError, match="its episode 0 is 'memory-iban-9'"):
         run_audit("tiny-llama", "memory", 2, METHODS, seed=4, n_tokens=4, journal=path)
+    header = json.loads(lines[0])
+    held = A.Journal(path, header, ["memory-iban-9"])  # an audit running on it now
+    try:
+        with pytest.raises(A.JournalError, match="in use by another audit"):
+            A.Journal(path, header, ["memory-iban-9"])
+    finally:
+        held.close()
+    A.Journal(path, header, ["memory-iban-9"]).close()  # free again once that audit ends

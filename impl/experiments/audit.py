@@ -451,7 +451,28 @@ class Journal:
 
     def __init__(self, path: Path, header: dict, names: list[str]):
         self.path, self.done = Path(path), {}
-        lines = self.path.read_text().splitlines() if self.path.exists() else []
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._held = self.path.open("a")  # one audit at a time: a second one would interleave its lines
+        try:
+            import fcntl
+
+            fcntl.flock(self._held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except ImportError:  # pragma: no cover - no advisory locks on this platform
+            pass
+        except OSError as e:
+            self._held.close()
+            raise JournalError(f"{self.path} is in use by another audit running now") from e
+        try:
+            self._open(header, names)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        self._held.close()  # and with it the lock
+
+    def _open(self, header: dict, names: list[str]) -> None:
+        lines = self.path.read_text().splitlines()
         if lines:
             try:
                 have = json.loads(lines[0])
@@ -481,7 +502,6 @@ class Journal:
             if len(keep) < len(lines):  # drop the torn tail before appending after it
                 self.path.write_text("\n".join(keep) + "\n")
         else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             self._write(header)
 
     def _write(self, rec: dict) -> None:
@@ -538,15 +558,19 @@ def run_audit(model: str, suite: str, n: int, methods, seed: int = 0, n_tokens: 
     left = [(i, job) for i, job in enumerate(jobs) if results[i] is None]
     idx = [i for i, _ in left]
     remap = (lambda j, res: done(idx[j], res))  # noqa: E731
-    if not left:
-        pass
-    elif ray:
-        _on_ray([job for _, job in left], ray, remap)
-    elif workers > 1 and len(left) > 1:
-        _parallel([job for _, job in left], workers, model, remap, attn)
-    else:
-        for i, job in left:
-            done(i, _episode_job(job))
+    try:
+        if not left:
+            pass
+        elif ray:
+            _on_ray([job for _, job in left], ray, remap)
+        elif workers > 1 and len(left) > 1:
+            _parallel([job for _, job in left], workers, model, remap, attn)
+        else:
+            for i, job in left:
+                done(i, _episode_job(job))
+    finally:
+        if book is not None:
+            book.close()
     rows: dict[str, list[dict]] = {}
     for res in results:
         for m, r in res["rows"].items():
