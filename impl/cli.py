@@ -408,11 +408,22 @@ def audit(suite: str = typer.Option("memory", help="agentdojo | agentdojo:<suite
             p.update(task, completed=i, description=f"audit {name}")
             line(i, name, reused)
 
+        import signal
+
+        def term(signum, frame):  # a SIGTERM stops the audit as Ctrl-C does: workers go, the journal stays
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGTERM, term)
         try:
             doc = run_audit(model, suite, n, chosen, seed, tokens, on_episode=step, workers=workers, ray=ray,
                             batch=decode == "batched", attn=attn, journal=journal)
         except (ValueError, ImportError) as e:
             _fail(e)
+        except KeyboardInterrupt:
+            kept = (f"the finished episodes are in {journal}: run the same command again to go on" if journal
+                    else "nothing was kept (--journal PATH keeps each finished episode)")
+            console.print(f"[red]stopped[/red]: {kept}")
+            raise typer.Exit(130)
     for tab in audit_tabs(doc):
         out.print(rich_table(tab))
     out.print(f"{audit_floor_line(doc)}; B7 identical to B5 in every cell: "

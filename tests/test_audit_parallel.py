@@ -241,3 +241,22 @@ def test_a_journal_keeps_finished_episodes_and_a_rerun_reuses_them(serial, tmp_p
     finally:
         held.close()
     A.Journal(path, header, ["memory-iban-9"]).close()  # free again once that audit ends
+
+
+def test_a_stopped_parallel_audit_leaves_no_worker_running(tmp_path, monkeypatch):
+    """Ctrl-C or SIGTERM while episodes run in workers: the workers are stopped with the audit
+    (before, a stopped parent left them decoding), and the journal keeps what finished."""
+    import multiprocessing
+
+    import unsee.impl.experiments.audit as A
+
+    path = tmp_path / "audit.jsonl"
+
+    def stop(count, name, reused):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_audit("tiny-llama", "memory", 4, METHODS, seed=4, n_tokens=4, workers=2, journal=path, on_episode=stop)
+    assert multiprocessing.active_children() == []
+    assert len(path.read_text().splitlines()) == 2  # the header and the episode that finished
+    A.Journal(path, json.loads(path.read_text().splitlines()[0]), []).close()  # and the journal is free

@@ -410,8 +410,17 @@ def _parallel(jobs, workers: int, model: str, done, attn: str = "eager") -> None
     with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=multiprocessing.get_context("spawn"),
                              initializer=_warm, initargs=(model, attn)) as pool:
         futures = {pool.submit(_episode_job, job): i for i, job in enumerate(jobs)}
-        for f in as_completed(futures):
-            done(futures[f], f.result())
+        try:
+            for f in as_completed(futures):
+                done(futures[f], f.result())
+        except BaseException:  # stopped (Ctrl-C, SIGTERM) or failed: no episode goes on running unseen
+            procs = list((getattr(pool, "_processes", None) or {}).values())
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                proc.join(timeout=10)
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
 
 
 def _on_ray(jobs, address: str, done) -> None:
