@@ -59,9 +59,39 @@ def _write_json(doc: dict, path: Optional[Path]) -> None:
         console.print(f"[dim]wrote {path}[/dim]")
 
 
-def _progress() -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=console, transient=False)
+class _Progress(Progress):
+    """A progress bar on a terminal; elsewhere (a log, CI, a pipe), where rich draws nothing until
+    the end, a plain line at most every `every` seconds and at completion."""
+
+    def __init__(self, every: float) -> None:
+        super().__init__(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                         console=console, transient=False)
+        self.every, self.last = every, float("-inf")
+
+    def update(self, task_id, **kw) -> None:
+        super().update(task_id, **kw)
+        self._line(task_id)
+
+    def advance(self, task_id, advance: float = 1) -> None:
+        super().advance(task_id, advance)
+        self._line(task_id)
+
+    def _line(self, task_id) -> None:
+        if self.console.is_terminal:
+            return
+        import time
+
+        task = next(t for t in self.tasks if t.id == task_id)
+        now = time.monotonic()
+        if now - self.last >= self.every or (task.total is not None and task.completed >= task.total):
+            self.last = now
+            total = "" if task.total is None else f"/{task.total:g}"
+            self.console.print(f"{task.description} {task.completed:g}{total} ({task.elapsed or 0:.0f} s)",
+                               highlight=False)
+
+
+def _progress(every: float = 30.0) -> Progress:
+    return _Progress(every)
 
 
 @app.command()
@@ -392,21 +422,11 @@ def audit(suite: str = typer.Option("memory", help="agentdojo | agentdojo:<suite
     if workers < 1 or decode not in ("batched", "serial") or attn not in ("eager", "sdpa"):
         _fail(ValueError("--workers must be at least 1" if workers < 1 else "--decode is batched or serial"
                          if decode not in ("batched", "serial") else f"--attn is eager or sdpa, got {attn!r}"))
-    import time
-
-    t0 = time.perf_counter()
-
-    def line(i: int, name: str, reused: bool) -> None:  # off a terminal the bar is not drawn: one line each
-        if not console.is_terminal:
-            console.print(f"audit {i}/{n} {name} ({'from the journal' if reused else 'done'}, "
-                          f"{time.perf_counter() - t0:.0f} s)", highlight=False)
-
-    with _progress() as p:
+    with _progress(every=0) as p:  # off a terminal, a line per episode
         task = p.add_task(f"audit {suite} on {model}", total=n)
 
         def step(i: int, name: str, reused: bool) -> None:
-            p.update(task, completed=i, description=f"audit {name}")
-            line(i, name, reused)
+            p.update(task, completed=i, description=f"audit {name}{' (from the journal)' if reused else ''}")
 
         import signal
 

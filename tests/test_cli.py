@@ -32,3 +32,21 @@ def test_verify_rejects_unknown_engine():
     res = runner.invoke(app, ["verify", "--engine", "nope"])
     assert res.exit_code != 0
     assert res.exit_code == 2 and "is not one of" in res.output and "'reference'" in res.output
+
+
+def test_off_a_terminal_long_commands_print_progress_lines(tmp_path):
+    """In a log or CI, rich draws no bar until the end; the commands print plain lines instead
+    (the audit one per episode, with the episodes its journal gave back marked)."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "unsee.impl.cli", "audit", "--model", "tiny-llama", "--suite", "memory", "--n", "2",
+           "--tokens", "2", "--methods", "B0,B7", "--journal", str(tmp_path / "j.jsonl")]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-2000:]
+    lines = [x for x in first.stderr.splitlines() if x.startswith("audit memory-")]
+    assert len(lines) >= 2 and all(x.endswith(" s)") for x in lines[:2])
+    assert "1/2" in lines[0] and "2/2" in lines[1] and "journal" not in lines[0]
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert "audit memory-address-0 (from the journal) 1/2" in again.stderr
+    assert "0 episodes run" in again.stdout
