@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
+import time
 from enum import Enum
 from pathlib import Path
 from typing import NoReturn, Optional
@@ -79,8 +81,6 @@ class _Progress(Progress):
     def _line(self, task_id) -> None:
         if self.console.is_terminal:
             return
-        import time
-
         task = next(t for t in self.tasks if t.id == task_id)
         now = time.monotonic()
         if now - self.last >= self.every or (task.total is not None and task.completed >= task.total):
@@ -428,12 +428,10 @@ def audit(suite: str = typer.Option("memory", help="agentdojo | agentdojo:<suite
         def step(i: int, name: str, reused: bool) -> None:
             p.update(task, completed=i, description=f"audit {name}{' (from the journal)' if reused else ''}")
 
-        import signal
-
         def term(signum, frame):  # a SIGTERM stops the audit as Ctrl-C does: workers go, the journal stays
             raise KeyboardInterrupt
 
-        signal.signal(signal.SIGTERM, term)
+        before = signal.signal(signal.SIGTERM, term)
         try:
             doc = run_audit(model, suite, n, chosen, seed, tokens, on_episode=step, workers=workers, ray=ray,
                             batch=decode == "batched", attn=attn, journal=journal)
@@ -444,6 +442,8 @@ def audit(suite: str = typer.Option("memory", help="agentdojo | agentdojo:<suite
                     else "nothing was kept (--journal PATH keeps each finished episode)")
             console.print(f"[red]stopped[/red]: {kept}")
             raise typer.Exit(130)
+        finally:  # the caller's handler back (the command may run inside another program, e.g. a test)
+            signal.signal(signal.SIGTERM, before)
     for tab in audit_tabs(doc):
         out.print(rich_table(tab))
     out.print(f"{audit_floor_line(doc)}; B7 identical to B5 in every cell: "
@@ -466,7 +466,6 @@ def convert_agentdojo(suite: Optional[str] = typer.Option(None, help="workspace 
                       json_path: Optional[Path] = typer.Option(None, "--json", help="Write the tally as JSON here.")) -> None:
     """Convert AgentDojo v1.2.2 (user task, injection task) pairs into unsee episodes."""
     import itertools
-    import time
 
     from unsee.impl.experiments.agentdojo import convert, pairs
     from unsee.impl.store.episode import write_episode

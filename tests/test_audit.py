@@ -59,10 +59,14 @@ def test_audit_command_on_an_agentdojo_episode(tmp_path):
 
     from unsee.impl.cli import app
 
+    import signal
+
     path, md = tmp_path / "a.json", tmp_path / "a.md"
+    before = signal.getsignal(signal.SIGTERM)
     res = CliRunner().invoke(app, ["audit", "--suite", "agentdojo:banking", "--n", "1", "--tokens", "4",
                                    "--methods", "B0,B1,B3,B7,B8,B9", "--json", str(path), "--markdown", str(md)])
     assert res.exit_code == 0, res.output
+    assert signal.getsignal(signal.SIGTERM) is before  # the command's stop handler does not outlive it
     doc = json.loads(path.read_text())
     m = doc["methods"]
     assert doc["tests"]["B7"]["identical_to_B5"] is True

@@ -513,14 +513,16 @@ class Journal:
         else:
             self._write(header)
 
-    def _write(self, rec: dict) -> None:
-        with self.path.open("a") as f:
-            f.write(json.dumps(rec, separators=(",", ":")) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+    def _write(self, rec: dict) -> str:
+        line = json.dumps(rec, separators=(",", ":"))
+        self._held.write(line + "\n")  # the handle that holds the lock, opened for appending
+        self._held.flush()
+        os.fsync(self._held.fileno())
+        return line
 
-    def add(self, i: int, name: str, result: dict) -> None:
-        self._write({"i": i, "case": name, "result": result})
+    def add(self, i: int, name: str, result: dict) -> dict:
+        """Append episode i; returns its result as a resumed run reads it back."""
+        return json.loads(self._write({"i": i, "case": name, "result": result}))["result"]
 
 
 def run_audit(model: str, suite: str, n: int, methods, seed: int = 0, n_tokens: int = 24,
@@ -556,27 +558,24 @@ def run_audit(model: str, suite: str, n: int, methods, seed: int = 0, n_tokens: 
 
     def done(i: int, res: dict) -> None:
         nonlocal count
-        if book is not None:
-            book.add(i, todo[i][0].name, res)
-            res = json.loads(json.dumps(res))  # what a resumed run reads back: one result either way
+        if book is not None:  # what a resumed run reads back: one result either way
+            res = book.add(i, todo[i][0].name, res)
         results[i] = res
         count += 1
         if on_episode:
             on_episode(count, res["case"]["name"], False)
 
-    left = [(i, job) for i, job in enumerate(jobs) if results[i] is None]
-    idx = [i for i, _ in left]
-    remap = (lambda j, res: done(idx[j], res))  # noqa: E731
+    left = [i for i, res in enumerate(results) if res is None]  # the episodes no journal gave back
+    rest = [jobs[i] for i in left]
+    remap = (lambda j, res: done(left[j], res))  # noqa: E731
     try:
-        if not left:
-            pass
-        elif ray:
-            _on_ray([job for _, job in left], ray, remap)
-        elif workers > 1 and len(left) > 1:
-            _parallel([job for _, job in left], workers, model, remap, attn)
+        if ray and rest:
+            _on_ray(rest, ray, remap)
+        elif workers > 1 and len(rest) > 1:
+            _parallel(rest, workers, model, remap, attn)
         else:
-            for i, job in left:
-                done(i, _episode_job(job))
+            for j, job in enumerate(rest):
+                remap(j, _episode_job(job))
     finally:
         if book is not None:
             book.close()

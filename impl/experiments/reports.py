@@ -142,12 +142,12 @@ def audit_floor_line(doc: dict) -> str:
 
 
 def audit_markdown(doc: dict) -> str:
-    parts = [f"# unsee audit: {doc['suite']}, n={doc['n']}, model {doc['model']}", ""]
+    items: list = []
     for tab in audit_tabs(doc):
-        parts.append(markdown(tab))
+        items.append(tab)
         if tab.title == "Leak per probe":
-            parts += [audit_floor_line(doc), ""]
-    return "\n".join(parts)
+            items.append(audit_floor_line(doc))
+    return report_markdown(f"unsee audit: {doc['suite']}, n={doc['n']}, model {doc['model']}", items)
 
 
 # --- benchmarks: `unsee bench store` and `unsee bench cost-law` ---
@@ -279,7 +279,7 @@ def cross_process_report(doc: dict) -> list:
 
 
 def report_markdown(title: str, items: list) -> str:
-    """A benchmark's tables and lines as one Markdown document."""
+    """A command's tables and lines (a `Tab` or a str each) as one Markdown document."""
     parts = [f"# {title}", ""]
     for x in items:
         parts.append(markdown(x) if isinstance(x, Tab) else x + "\n")
