@@ -119,6 +119,10 @@ class Artifact:
     turn: int
     committed: bool = False
 
+    # (parents, added, dropped): the source delta relative to exactly those parent objects,
+    # where its maker knows it (see `artifact_delta`). Not a field: `replace` drops it.
+    known_delta = None
+
 
 @dataclass(frozen=True)
 class Block:
@@ -188,6 +192,31 @@ def initial_state(config: Config = Config(), model=lm.REFERENCE) -> State:
     return State(config=config, kv=model.empty(), env=tuple(sorted(config.env)))
 
 
+class _Lookup:
+    """id → artifact over R_{t-1}'s artifacts and those this transition adds. A transition reads
+    the parents of what it makes (its fields, the last block, the plan it commits), which lie
+    near the end of the graph, so a miss scans back from the end instead of indexing the whole
+    graph at every transition."""
+
+    __slots__ = ("old", "pos", "seen", "new")
+
+    def __init__(self, artifacts) -> None:
+        self.old, self.pos, self.seen, self.new = artifacts, len(artifacts), {}, {}
+
+    def __getitem__(self, aid: str) -> Artifact:
+        a = self.new.get(aid)
+        if a is not None:
+            return a
+        while aid not in self.seen and self.pos > 0:
+            self.pos -= 1
+            x = self.old[self.pos]
+            self.seen.setdefault(x.id, x)  # the last artifact of an id wins, as in a dict of them all
+        return self.seen[aid]
+
+    def __setitem__(self, aid: str, a: Artifact) -> None:
+        self.new[aid] = a
+
+
 class _Turn:
     """Accumulates one transition's outputs; `freeze` returns the new State."""
 
@@ -205,7 +234,7 @@ class _Turn:
         self.env = dict(state.env)
         self.ledger = list(state.ledger)
         self.artifacts = list(state.artifacts)
-        self.by_id = {a.id: a for a in state.artifacts}
+        self.by_id = _Lookup(state.artifacts)
         self.counter = 0
         self.outputs: list[tuple[int, ...]] = []
         self.inputs: tuple[str, ...] = ()
@@ -219,6 +248,7 @@ class _Turn:
         self.counter += 1
         aid = f"t{self.turn}.{self.counter}.{kind}"
         a = Artifact(aid, kind, (), frozenset({part.source}), None, self.turn)
+        object.__setattr__(a, "known_delta", ((), [part.source], []))
         self.artifacts.append(a)
         self.by_id[aid] = a
         return aid
@@ -232,9 +262,11 @@ class _Turn:
         self.counter += 1
         aid = f"t{self.turn}.{self.counter}.{type_}"
         src: set[str] = set()
-        for p in parents:
-            src |= self.by_id[p].source_ids  # oracle source-ID propagation
+        of = tuple(self.by_id[p] for p in parents)
+        for p in of:
+            src |= p.source_ids  # oracle source-ID propagation
         a = Artifact(aid, type_, parents, frozenset(src), span, self.turn, committed)
+        object.__setattr__(a, "known_delta", (of, [], []))  # the parents' union, by construction
         self.artifacts.append(a)
         self.by_id[aid] = a
         return aid
@@ -413,15 +445,43 @@ def source_delta(a: Artifact, sources_of) -> tuple[list[str], list[str]]:
     return sorted(a.source_ids - inherited), sorted(inherited - a.source_ids)
 
 
+def artifact_delta(a: Artifact, artifacts_of) -> tuple[list[str], list[str]]:
+    """`source_delta` of `a` with `artifacts_of`: artifact id → the artifact. An artifact made
+    by a transition or read back from a store knows its delta relative to the parent objects
+    it was made or loaded with; while those are the very parents here, it holds (identical
+    parents, identical sets) and no set is compared, so digesting a graph costs its size, not
+    the size of its source sets (which grow with the session)."""
+    known = a.known_delta
+    if known is not None and len(known[0]) == len(a.parents) and all(
+            artifacts_of.get(p) is q for p, q in zip(a.parents, known[0])):
+        return known[1], known[2]
+    return source_delta(a, _SourcesOf(artifacts_of))
+
+
+class _SourcesOf:
+    """artifact id → source ids, read through a map of artifacts."""
+
+    __slots__ = ("artifacts",)
+
+    def __init__(self, artifacts) -> None:
+        self.artifacts = artifacts
+
+    def __contains__(self, aid) -> bool:
+        return aid in self.artifacts
+
+    def __getitem__(self, aid) -> frozenset:
+        return self.artifacts[aid].source_ids
+
+
 def graph_digest(artifacts) -> str:
     """G_t's digest. Source ids are digested relative to the parents' union (what an artifact
     adds and drops): with the parents in the digest that determines every source set, and it
     stays linear in the session while the sets themselves grow with it."""
-    by_id: dict[str, frozenset] = {}
+    by_id: dict[str, Artifact] = {}
     rows = []
     for a in artifacts:
-        added, dropped = source_delta(a, by_id)
-        by_id[a.id] = a.source_ids
+        added, dropped = artifact_delta(a, by_id)
+        by_id[a.id] = a
         rows.append((a.id, a.type, a.parents, added, dropped, a.token_span, a.turn, a.committed))
     return _h(rows)
 

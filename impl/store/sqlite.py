@@ -31,8 +31,8 @@ from pathlib import Path
 
 from unsee.impl.engine.pages import ITEMSIZE, from_bytes, to_bytes
 from unsee.model.session import Checkpoint, Session, UnseeError
-from unsee.model.state import (Artifact, Block, Config, LedgerEntry, Observation, State, ToolCall, graph_digest,
-                               inherited_sources, source_delta)
+from unsee.model.state import (Artifact, Block, Config, LedgerEntry, Observation, State, ToolCall, artifact_delta,
+                               graph_digest, inherited_sources)
 
 FORMAT = 2  # 1: every R_t stored whole (quadratic); 2: per-transition deltas and K/V pages
 
@@ -67,13 +67,28 @@ WRITE_POINTS = ("begin", "clear", "meta", "observations", "states", "artifacts",
                 "snapshots", "world", "pages", "receipt", "commit")
 
 
-def chain(observations, head: str = "0" * 64) -> list[str]:
-    """The hash chain of the observation log: h_t = sha256(h_{t-1} ‖ o_t), from h_0 = head."""
+def canonical(o: Observation) -> str:
+    """The form the log is stored and hashed in."""
+    return json.dumps(o.to_json(), sort_keys=True)
+
+
+def chain_of(bodies, head: str = "0" * 64) -> list[str]:
+    """The hash chain of a log of canonical bodies: h_t = sha256(h_{t-1} ‖ o_t), from h_0 = head."""
     h, out = head, []
-    for o in observations:
-        h = hashlib.sha256((h + json.dumps(o.to_json(), sort_keys=True)).encode()).hexdigest()
+    for b in bodies:
+        h = hashlib.sha256((h + b).encode()).hexdigest()
         out.append(h)
     return out
+
+
+def chain(observations, head: str = "0" * 64) -> list[str]:
+    """The hash chain of the observation log (see `chain_of`)."""
+    return chain_of(map(canonical, observations), head)
+
+
+def _json_rows(texts) -> list:
+    """Parse many JSON texts in one call (one C-level parse instead of one per row)."""
+    return json.loads("[" + ",".join(texts) + "]")
 
 
 def _common(prev: tuple, cur: tuple) -> int:
@@ -135,11 +150,17 @@ class _Deltas:
         if self.turns != sorted(self.turns):
             raise StoreError("artifacts are not stored in turn order: the store is corrupt")
         self.cache: dict[int, State] = {}
+        self.decoded: list[tuple] = []  # (turn, appended tails, whole layers) of R_0, R_1, …
         self.pos = -1  # the running layers describe R_pos
         self.run: dict = {}
 
     def __len__(self) -> int:
         return len(self.bodies)
+
+    @staticmethod
+    def _decode(d: dict) -> tuple:
+        appends = tuple((name, d[name][0], tuple(map(dec, d[name][1]))) for name, (_, _, dec) in _APPEND.items())
+        return d["turn"], appends, {name: dec(d[name]) for name, (_, _, dec) in _WHOLE.items() if name in d}
 
     def get(self, t: int) -> State:
         r = self.cache.get(t)
@@ -147,22 +168,20 @@ class _Deltas:
             return r
         if t < self.pos:
             self.pos, self.run = -1, {}
-        while self.pos < t:
-            self.pos += 1
-            d = json.loads(self.bodies[self.pos])
-            run = self.run
-            run["turn"] = d["turn"]
-            for name, (_, _, dec) in _APPEND.items():
-                k, tail = d[name]
+        if len(self.decoded) <= t:  # parse and decode once; walking again only replays the list edits
+            self.decoded += map(self._decode, _json_rows(self.bodies[len(self.decoded):t + 1]))
+            if len(self.decoded[0][2]) != len(_WHOLE):
+                raise StoreError("R_0 is not stored whole: the store is corrupt")
+        run = self.run
+        for pos in range(self.pos + 1, t + 1):
+            turn, appends, wholes = self.decoded[pos]
+            run["turn"] = turn
+            for name, k, tail in appends:
                 lst = run.setdefault(name, [])
                 del lst[k:]
-                if tail:
-                    lst.extend(map(dec, tail))
-            for name, (_, _, dec) in _WHOLE.items():
-                if name in d:
-                    run[name] = dec(d[name])
-                elif self.pos == 0:
-                    raise StoreError("R_0 is not stored whole: the store is corrupt")
+                lst += tail
+            run.update(wholes)
+        self.pos = t
         run = self.run
         r = State(config=self.config, kv=None, turn=run["turn"],
                   **{name: tuple(run[name]) for name in _APPEND}, **{name: run[name] for name in _WHOLE},
@@ -255,20 +274,74 @@ def _state_from_v1(d: dict, config: Config) -> State:
     )
 
 
-def _sources_json(a: Artifact, sources_of) -> str:
+def _sources_json(a: Artifact, artifacts_of) -> str:
     """source_ids relative to the parents' (oracle propagation makes them the parents' union,
-    which grows with the session): what it adds and what it drops."""
-    added, dropped = source_delta(a, sources_of)
+    which grows with the session): what it adds and what it drops. `artifacts_of`: id → artifact."""
+    added, dropped = artifact_delta(a, artifacts_of)
     return json.dumps({"+": added, "-": dropped})
 
 
-def _sources_from(d, parents, sources_of) -> frozenset:
-    if isinstance(d, list):  # format 1: stored whole
-        return frozenset(d)
-    inherited = inherited_sources(parents, sources_of)
-    if not d["+"] and not d["-"]:
-        return inherited  # shared with the parent it came from
-    return (inherited | frozenset(d["+"])) - frozenset(d["-"])
+_FIELDS = operator.attrgetter("id", "type", "parents", "source_ids", "token_span", "turn", "committed")
+
+
+class StoredArtifact(Artifact):
+    """An artifact read back from the store, whose source ids are computed when first read.
+
+    Under oracle propagation each set is its parents' union, so it grows with the session and
+    building every set of a loaded session costs the square of its length; a forget reads a
+    few (the parents of its first replayed turn). The set is the union of what the stored
+    deltas of its ancestors add, down to ancestors whose set is known, where no ancestor on the
+    way drops anything; otherwise each ancestor's set is built in order, as the definition says.
+    It equals, hashes and pickles as the `Artifact` it stands for."""
+
+    def __getattr__(self, name):
+        if name != "source_ids":
+            raise AttributeError(name)
+        d = self.__dict__
+        out: set = set()
+        stack, seen, cone = [self], {id(self)}, []
+        while stack:
+            x = stack.pop()
+            known = x.__dict__.get("source_ids")
+            if known is not None:
+                out |= known
+                continue
+            cone.append(x)
+            parents, added, dropped = x.known_delta
+            out.update(added)
+            for q in parents:
+                if q is not None and id(q) not in seen:
+                    seen.add(id(q))
+                    stack.append(q)
+        if any(x.known_delta[2] for x in cone):  # a drop: build the sets in order
+            for x in sorted(cone, key=lambda x: x.__dict__["ord"]):
+                parents, added, dropped = x.known_delta
+                sets = {i: q.source_ids for i, q in enumerate(parents) if q is not None}
+                x.__dict__["source_ids"] = (inherited_sources(sets, sets) | frozenset(added)) - frozenset(dropped)
+            return d["source_ids"]
+        d["source_ids"] = frozenset(out)
+        return d["source_ids"]
+
+    def __eq__(self, other):
+        if not isinstance(other, Artifact):
+            return NotImplemented
+        return other is self or _FIELDS(self) == _FIELDS(other)
+
+    def __hash__(self) -> int:
+        return hash(_FIELDS(self))
+
+    def __reduce__(self):
+        return Artifact, _FIELDS(self)
+
+
+def _stored_artifact(ord_: int, aid: str, type_: str, parents: tuple, stored_parents: tuple, added, dropped,
+                     span, turn: int, committed: bool) -> StoredArtifact:
+    a = object.__new__(StoredArtifact)
+    a.__dict__.update(id=aid, type=type_, parents=parents, token_span=span, turn=turn, committed=committed,
+                      known_delta=(stored_parents, added, dropped), ord=ord_)
+    if not parents:  # an observation field: its set is what it adds
+        a.__dict__["source_ids"] = frozenset(added)
+    return a
 
 
 def _checkpoint_json(cp: Checkpoint, s: Session) -> str:
@@ -297,7 +370,10 @@ class Store:
         self.migrated: str | None = None
         self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
         try:
-            self.db.execute("PRAGMA secure_delete = ON")  # freed pages are zeroed, not left behind
+            self.db.execute("PRAGMA secure_delete = ON")  # deleted content and freed pages are zeroed
+            # a new store hands freed pages back to the file system after a forget (see save);
+            # this takes effect only before the first table is made, so older stores keep theirs
+            self.db.execute("PRAGMA auto_vacuum = INCREMENTAL")
             self.db.executescript(SCHEMA)
             fmt = self.meta("format")
         except sqlite3.DatabaseError as e:
@@ -364,7 +440,7 @@ class Store:
         since=None replaces the stored session whole. since=c writes only what follows R_c:
         the caller guarantees that the stored R_0..R_c, o_1..o_c and their artifacts are `s`'s
         (a forget spliced at c, or c = T−1 after one more step). Rows of the old suffix are
-        deleted, K/V pages born after c included, with secure_delete on; then VACUUM."""
+        deleted, K/V pages born after c included, with secure_delete on."""
         db = self.db
         c = -1 if since is None else since
         if not -1 <= c <= s.T:
@@ -376,8 +452,8 @@ class Store:
                 raise StoreError(f"{self.path} holds no o_{c} to save after; save the whole session")
         else:
             head = "0" * 64
-        obs_new = s.observations[max(c, 0):]
-        hashes = chain(obs_new, head)
+        bodies = [canonical(o) for o in s.observations[max(c, 0):]]
+        hashes = chain_of(bodies, head)
         pages = self._pages_to_write(s, c)
         db.execute("BEGIN IMMEDIATE")
         try:
@@ -407,17 +483,17 @@ class Store:
             self._point("meta")
             first = max(c, 0) + 1
             db.executemany("INSERT INTO observations VALUES (?, ?, ?)",
-                           [(t, json.dumps(o.to_json()), h) for t, (o, h) in enumerate(zip(obs_new, hashes), first)])
+                           [(t, b, h) for t, (b, h) in enumerate(zip(bodies, hashes), first)])
             self._point("observations")
             db.executemany("INSERT INTO deltas VALUES (?, ?)",
                            [(t, _delta_json(s.states[t - 1] if t else None, s.states[t]))
                             for t in range(c + 1, s.T + 1)])
             self._point("states")
             final = s.state
-            sources_of = {a.id: a.source_ids for a in final.artifacts}
+            artifacts_of = {a.id: a for a in final.artifacts}
             fresh = [(i, a) for i, a in enumerate(final.artifacts) if a.turn > c]
             db.executemany("INSERT INTO artifacts VALUES (?, ?, ?, ?, ?, ?, ?)",
-                           [(a.id, a.type, _sources_json(a, sources_of), json.dumps(a.token_span), a.turn,
+                           [(a.id, a.type, _sources_json(a, artifacts_of), json.dumps(a.token_span), a.turn,
                              int(a.committed), i) for i, a in fresh])
             self._point("artifacts")
             db.executemany("INSERT INTO edges VALUES (?, ?, ?, ?)",
@@ -446,7 +522,10 @@ class Store:
             db.execute("ROLLBACK")
             raise
         self._point("commit")
-        db.execute("VACUUM")  # rewrite the file: no page that held the target survives
+        # secure_delete has zeroed every deleted row and freed page in the transaction, so no
+        # byte that held the target is left; give the freed pages back (a cost of what was
+        # deleted, where a VACUUM would rewrite the whole file, K/V pages and all)
+        db.execute("PRAGMA incremental_vacuum")
 
     def _pages_to_write(self, s: Session, c: int):
         """(layout, rows) of the K/V pages first used by R_{c+1}..R_T and not stored yet, or
@@ -506,9 +585,12 @@ class Store:
         return self.db.execute("SELECT COUNT(*) FROM observations").fetchone()[0]
 
     def sources(self) -> set[str]:
-        """Every source id in the stored observation log."""
-        return {x for (b,) in self.db.execute("SELECT body FROM observations")
-                for x in Observation.from_json(json.loads(b)).sources}
+        """Every source id in the stored observation log: the first element of every visible part
+        (a part that stands instead of a target has a third element), read by SQLite's JSON
+        functions instead of parsing every observation in Python."""
+        return {x for (x,) in self.db.execute(
+            "SELECT DISTINCT json_extract(p.value, '$[0]') FROM observations, json_each(observations.body, '$.parts') p"
+            " WHERE json_array_length(p.value) < 3 OR json_extract(p.value, '$[2]') IS NULL")}
 
     def load(self, model_lm) -> Session:
         if not self.has_session():
@@ -517,25 +599,35 @@ class Store:
         config = Config(**{k: (tuple(tuple(x) for x in v) if k == "env" else v)
                            for k, v in json.loads(self.meta("config")).items()})
         parents: dict[str, list] = {}
-        for p, c, _ in db.execute("SELECT parent, child, ord FROM edges ORDER BY child, ord"):
+        for p, c in db.execute("SELECT parent, child FROM edges ORDER BY child, ord"):
             parents.setdefault(c, []).append(p)
         arts, by_id = [], {}
-        parsed: dict[str, object] = {}  # most artifacts store the same "adds and drops nothing"
-        for i, ty, src, span, turn, com, _ in db.execute("SELECT * FROM artifacts ORDER BY ord"):
+        parsed: dict[str, tuple] = {}  # most artifacts store the same "adds and drops nothing"
+        rows = db.execute("SELECT id, type, source_ids, token_span, turn, committed FROM artifacts ORDER BY ord").fetchall()
+        spans = _json_rows(r[3] for r in rows)
+        for k, ((i, ty, src, _, turn, com), span) in enumerate(zip(rows, spans)):
             ps = tuple(parents.get(i, ()))
             d = parsed.get(src)
             if d is None:
-                d = parsed[src] = json.loads(src)
-            a = Artifact(i, ty, ps, _sources_from(d, ps, by_id),
-                         None if span == "null" else tuple(json.loads(span)), turn, bool(com))
+                j = json.loads(src)
+                d = parsed[src] = (j, None) if isinstance(j, list) else (None, (j["+"], j["-"]))
+            whole, delta = d
+            span = None if span is None else tuple(span)
+            if whole is not None:  # format 1: stored whole
+                a = Artifact(i, ty, ps, frozenset(whole), span, turn, bool(com))
+            else:
+                a = _stored_artifact(k, i, ty, ps, tuple(by_id.get(p) for p in ps), *delta, span, turn, bool(com))
             arts.append(a)
-            by_id[i] = a.source_ids
+            by_id[i] = a
         arts = tuple(arts)
         rows = db.execute("SELECT t, body, chain FROM observations ORDER BY t").fetchall()
-        obs = tuple(Observation.from_json(json.loads(b)) for _, b, _ in rows)
-        for (t, _, h), want in zip(rows, chain(obs)):
-            if h != want:
+        obs = tuple(map(Observation.from_json, _json_rows(b for _, b, _ in rows)))
+        prev = "0" * 64
+        for (t, body, h), o in zip(rows, obs):
+            # a row stored canonical hashes as it is; one stored by an earlier unsee, as re-encoded
+            if h != chain_of([body], prev)[0] and h != chain_of([canonical(o)], prev)[0]:
                 raise StoreError(f"{self.path}: the observation log was altered at t={t} (hash chain broken)")
+            prev = h
         if rows and rows[-1][2] != self.meta("chain_head"):
             raise StoreError(f"{self.path}: the observation log does not end where the store says (chain head)")
         bodies = [b for (b,) in db.execute("SELECT body FROM deltas ORDER BY t")]
@@ -543,8 +635,8 @@ class Store:
             raise StoreError(f"{self.path} is corrupt: {len(obs)} observations but {len(bodies)} states")
         deltas = _Deltas(bodies, config, arts)
         states = StoredStates(deltas, len(bodies))
-        cps = tuple(_checkpoint_from(json.loads(b), states) for (b,) in
-                    db.execute("SELECT body FROM checkpoints ORDER BY boundary"))
+        cps = tuple(_checkpoint_from(d, states) for d in
+                    _json_rows(b for (b,) in db.execute("SELECT body FROM checkpoints ORDER BY boundary")))
         snaps = tuple((k, tuple(tuple(x) for x in json.loads(v))) for k, v in
                       db.execute("SELECT id, env FROM snapshots ORDER BY rowid"))
         world = tuple(LedgerEntry(c, t, tuple(json.loads(a)), turn) for c, t, a, turn in
@@ -568,7 +660,7 @@ class Store:
             for aid, src in db.execute("SELECT id, source_ids FROM artifacts ORDER BY ord").fetchall():
                 ps = [p for (p,) in db.execute("SELECT parent FROM edges WHERE child = ? ORDER BY ord", (aid,))]
                 a = Artifact(aid, "", tuple(ps), frozenset(json.loads(src)), None, 0)
-                arts[aid] = a.source_ids
+                arts[aid] = a
                 rel.append((_sources_json(a, arts), aid))
             db.executemany("UPDATE artifacts SET source_ids = ? WHERE id = ?", rel)
             db.execute("DELETE FROM deltas")
