@@ -507,18 +507,25 @@ app.add_typer(bench_app, name="bench")
 def bench_store(T: list[int] = typer.Option([100, 200, 400, 800], "--T", help="Session lengths (repeatable)."),
                 suffix: int = typer.Option(12, help="Turns from the target to the end (T−τ+1)."),
                 repeats: int = typer.Option(2, help="Forgets per length, each in a new process (the fastest is kept)."),
-                json_path: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here.")) -> None:
+                compact_every: int = typer.Option(0, help="Compact every K turns before τ (0: never; the context then "
+                                                   "grows with T)."),
+                json_path: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
+                markdown: Optional[Path] = typer.Option(None, help="Write the table as Markdown here.")
+                ) -> None:
     """Store bytes per turn and forget cost at a fixed suffix, as T grows (reference model)."""
     from unsee.impl.experiments.bench_store import store_scaling
-    from unsee.impl.experiments.reports import rich_table, store_tab
+    from unsee.impl.experiments.reports import report_markdown, rich_table, store_tab
 
-    if suffix < 1 or any(t <= suffix for t in T) or repeats < 1:
-        _fail(ValueError("every --T must exceed --suffix >= 1, and --repeats must be >= 1"))
+    if suffix < 1 or any(t <= suffix for t in T) or repeats < 1 or compact_every < 0:
+        _fail(ValueError("every --T must exceed --suffix >= 1, --repeats must be >= 1 and --compact-every >= 0"))
     with _progress() as p:
         task = p.add_task("store scaling", total=len(T))
-        doc = store_scaling(tuple(T), suffix, repeats, on_point=lambda r: p.advance(task))
+        doc = store_scaling(tuple(T), suffix, repeats, on_point=lambda r: p.advance(task), compact_every=compact_every)
     out.print(rich_table(store_tab(doc)))
     _write_json(doc, json_path)
+    if markdown is not None:
+        markdown.write_text(report_markdown("unsee bench store", [store_tab(doc)]))
+        out.print(f"wrote {markdown}")
 
 
 @bench_app.command("cost-law")

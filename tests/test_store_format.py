@@ -79,3 +79,40 @@ def test_a_forget_decodes_only_the_states_it_needs(tmp_path):
         assert dict(live.digest()) == dict(twin.digest())
         st.close()
     assert built[40] == built[160] == 13, built  # R_c and the 12 states after it
+
+
+def test_a_forget_builds_and_compares_only_the_suffixs_source_sets(tmp_path, monkeypatch):
+    """Each artifact's source set is its parents' union, so it grows with the session: a load
+    that built every set, or a graph digest that compared every artifact's set with its
+    parents', would cost the square of T. A forget builds the sets of the few stored artifacts
+    the replay reads and compares those of the artifacts it made: the same counts at T=40 and
+    at T=160. The result still equals the twin's, source sets included."""
+    import unsee.model.state as state_mod
+    from unsee.impl.store.session import forget_stored
+    from unsee.impl.store.sqlite import StoredArtifact
+
+    compared = []
+    real = state_mod.source_delta
+    monkeypatch.setattr(state_mod, "source_delta", lambda a, of: compared.append(a.id) or real(a, of))
+    counts = {}
+    for T in (40, 160):
+        rt = make_runtime("reference")
+        for o in store_session(T, T - 11):
+            rt.step(o)
+        db = tmp_path / f"T{T}.db"
+        Store(db, create=True).save(rt.session, "reference", dict(rt.digest()))
+        st = Store(db)
+        opened = open_runtime(st)
+        stored = [a for a in opened.session.state.artifacts if isinstance(a, StoredArtifact) and a.parents]
+        compared.clear()
+        live, _ = forget_stored(st, ["z"], rt=opened, head=st.meta("chain_head"))
+        built = sum("source_ids" in a.__dict__ for a in stored)
+        counts[T] = (built, len(compared))
+        twin = make_runtime("reference")
+        for o in store_session(T, T - 11):
+            twin.step(o.without(frozenset({"z"})))
+        assert live.session.state.artifacts == twin.session.state.artifacts  # every source set too
+        assert dict(live.digest()) == dict(twin.digest())
+        st.close()
+    assert counts[40] == counts[160], counts
+    assert counts[160][0] <= 3 and counts[160][1] == 0, counts

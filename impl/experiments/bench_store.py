@@ -23,9 +23,12 @@ TOOL_RESULTS = ("3 results: TAP 212 EUR, Ryanair 89 EUR, easyJet 104 EUR.", "09:
                 "Email from Ana: can we move the review to Friday?", "Shopping list updated: 6 items.")
 
 
-def store_session(T: int, tau: int) -> list[Observation]:
-    """T observations of an assistant session without compaction (the context, and so the
-    per-state size, grows with t: the worst case for a store that keeps every R_t whole).
+def store_session(T: int, tau: int, compact_every: int = 0) -> list[Observation]:
+    """T observations of an assistant session. Without compaction (compact_every=0) the
+    context, and so the per-state size, grows with t: the worst case for a store that keeps
+    every R_t whole, and a restore of R_{τ−1} that reads a context as long as the session.
+    compact_every=K compacts at every K-th turn before τ (a user turn then asks for a
+    summary), so the context stays bounded and only the log and the graph grow with T.
     The target is a memory fact at τ; a consequential call every 10 turns."""
     obs = [Observation("system", (Part("sys", "You are a careful personal assistant."),))]
     for t in range(2, T + 1):
@@ -36,7 +39,8 @@ def store_session(T: int, tau: int) -> list[Observation]:
             obs.append(Observation("tool", (Part(f"r{t}", TOOL_RESULTS[i]),), reply=6))
         else:
             obs.append(Observation("user", (Part(f"u{t}", REQUESTS[i]),), reply=8,
-                                   tool="send" if t % 10 == 0 else ("lookup" if t % 7 == 0 else None)))
+                                   tool="send" if t % 10 == 0 else ("lookup" if t % 7 == 0 else None),
+                                   compact=bool(compact_every) and t % compact_every == 0 and t < tau))
     return obs
 
 
@@ -50,9 +54,26 @@ def _forget_in_new_process(db: Path, out: Path) -> tuple[float, dict]:
     return wall, json.loads(out.read_text())
 
 
-def store_scaling(Ts=(100, 200, 400, 800), suffix: int = 12, repeats: int = 2, on_point=None) -> dict:
+def _forget_in_this_process(db: Path) -> float:
+    """An agent that stays up: the stored session already open, the forget and its save timed."""
+    from unsee.impl.store.session import forget_stored, open_runtime
+    from unsee.impl.store.sqlite import Store
+
+    st = Store(db)
+    try:
+        rt = open_runtime(st)
+        t0 = time.perf_counter()
+        forget_stored(st, ["z"], rt=rt, head=st.meta("chain_head"))
+        return time.perf_counter() - t0
+    finally:
+        st.close()
+
+
+def store_scaling(Ts=(100, 200, 400, 800), suffix: int = 12, repeats: int = 2, on_point=None,
+                  compact_every: int = 0) -> dict:
     """Bytes per turn (K/V pages excluded: the reference model keeps none) and forget cost at
-    T−τ+1 = suffix, for each T; every forget in a fresh process on a copy of the store."""
+    T−τ+1 = suffix, for each T: each forget in a fresh process on a copy of the store (open,
+    forget and save timed apart), and in this process on a store already open."""
     from unsee.impl.engine.runtime import make_runtime
     from unsee.impl.store.sqlite import Store
 
@@ -61,7 +82,7 @@ def store_scaling(Ts=(100, 200, 400, 800), suffix: int = 12, repeats: int = 2, o
         for T in Ts:
             rt = make_runtime("reference")
             t0 = time.perf_counter()
-            for o in store_session(T, T - suffix + 1):
+            for o in store_session(T, T - suffix + 1, compact_every):
                 rt.step(o)
             run_s = time.perf_counter() - t0
             db = Path(d) / f"T{T}.db"
@@ -81,14 +102,21 @@ def store_scaling(Ts=(100, 200, 400, 800), suffix: int = 12, repeats: int = 2, o
                              "open_seconds": receipt["open_seconds"], "save_seconds": receipt["save_seconds"],
                              "transitions": receipt["transitions"]})
                 os.remove(copy)
+                copy.write_bytes(db.read_bytes())
+                runs[-1]["agent_seconds"] = round(_forget_in_this_process(copy), 4)
+                os.remove(copy)
             inproc = [r["open_seconds"] + r["receipt_seconds"] + r["save_seconds"] for r in runs]
             rows.append({"T": T, "tau": T - suffix + 1, "bytes": size, "bytes_per_turn": round(size / T, 1),
+                         "context_tokens": len(rt.session.states[T - suffix].tokens),
                          "run_seconds": round(run_s, 3), "save_seconds": round(save_s, 3),
                          "forget_seconds": round(min(inproc), 4), "forget_process_seconds": min(r["process_seconds"] for r in runs),
+                         "agent_forget_seconds": min(r["agent_seconds"] for r in runs),
                          "runs": runs})
             if on_point:
                 on_point(rows[-1])
     base = rows[0]
     for r in rows:
         r["forget_ratio_vs_first"] = round(r["forget_seconds"] / base["forget_seconds"], 2)
-    return {"model": "reference", "suffix": suffix, "repeats": repeats, "rows": rows}
+        r["process_ratio_vs_first"] = round(r["forget_process_seconds"] / base["forget_process_seconds"], 2)
+        r["agent_ratio_vs_first"] = round(r["agent_forget_seconds"] / base["agent_forget_seconds"], 2)
+    return {"model": "reference", "suffix": suffix, "repeats": repeats, "compact_every": compact_every, "rows": rows}

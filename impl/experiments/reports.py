@@ -153,12 +153,28 @@ def audit_markdown(doc: dict) -> str:
 # --- benchmarks: `unsee bench store` and `unsee bench cost-law` ---
 
 def store_tab(doc: dict) -> Tab:
-    t = Tab(f"store and forget cost at a fixed suffix of {doc['suffix']} (reference model, forget in a new process)",
-            ("T", "bytes per turn", "forget s (open+replay+save)", "× vs first", "process s", "transitions"))
+    every = doc.get("compact_every", 0)
+    shape = f"compacting every {every} turns" if every else "never compacting"
+    t = Tab(f"store and forget cost at a fixed suffix of {doc['suffix']} (reference model, a session {shape}; "
+            "context: tokens at τ−1; process: `unsee forget` in a new process; open+forget+save: inside it; "
+            "agent: a forget on a store already open)",
+            ("T", "bytes/turn", "context", "process s", "×", "open+forget+save s", "×", "agent s", "×",
+             "transitions"))
     for r in doc["rows"]:
-        t.add(str(r["T"]), f"{r['bytes_per_turn']:,.0f}", f"{r['forget_seconds']:.3f}",
-              f"{r['forget_ratio_vs_first']:.2f}", f"{r['forget_process_seconds']:.2f}", str(r["runs"][0]["transitions"]))
+        agent = r.get("agent_forget_seconds")
+        t.add(str(r["T"]), f"{r['bytes_per_turn']:,.0f}", _count(r.get("context_tokens")),
+              f"{r['forget_process_seconds']:.2f}", _ratio(r.get("process_ratio_vs_first")),
+              f"{r['forget_seconds']:.3f}", _ratio(r["forget_ratio_vs_first"]),
+              _secs(agent), _ratio(r.get("agent_ratio_vs_first")), str(r["runs"][0]["transitions"]))
     return t
+
+
+def _count(x) -> str:
+    return "—" if x is None else f"{x:,}"
+
+
+def _ratio(x) -> str:
+    return "—" if x is None else f"{x:.2f}"
 
 
 def _kv_level(d: dict) -> str:
