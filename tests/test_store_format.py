@@ -53,6 +53,25 @@ def test_a_format_1_store_is_migrated_in_place_and_stays_exact(tmp_path):
     unsee("check", "--db", db)
 
 
+def stored_and_opened(tmp_path, T: int):
+    """A stored session of T turns, the target 12 from the end, and a runtime opened on it."""
+    rt = make_runtime("reference")
+    for o in store_session(T, T - 11):
+        rt.step(o)
+    db = tmp_path / f"T{T}.db"
+    Store(db, create=True).save(rt.session, "reference", dict(rt.digest()))
+    st = Store(db)
+    return st, open_runtime(st)
+
+
+def twin_of(T: int):
+    """The runtime that never saw the target of `stored_and_opened(·, T)`."""
+    twin = make_runtime("reference")
+    for o in store_session(T, T - 11):
+        twin.step(o.without(frozenset({"z"})))
+    return twin
+
+
 def test_a_forget_decodes_only_the_states_it_needs(tmp_path):
     """Opening a stored session builds no R_t (not even R_T); a forget 12 turns from the end builds R_c, the
     states whose recorded replies it hands the replay as drafts, and R_T: a count that does
@@ -61,21 +80,13 @@ def test_a_forget_decodes_only_the_states_it_needs(tmp_path):
 
     built = {}
     for T in (40, 160):
-        rt = make_runtime("reference")
-        for o in store_session(T, T - 11):
-            rt.step(o)
-        db = tmp_path / f"T{T}.db"
-        Store(db, create=True).save(rt.session, "reference", dict(rt.digest()))
-        st = Store(db)
-        opened = open_runtime(st)
+        st, opened = stored_and_opened(tmp_path, T)
         deltas = opened.session.states.deltas
         assert len(deltas.cache) == 0  # every stored state already says its cache is absent
         live, doc = forget_stored(st, ["z"], rt=opened, head=st.meta("chain_head"))
         built[T] = len(deltas.cache)
         assert doc["transitions"] == 12
-        twin = make_runtime("reference")
-        for o in store_session(T, T - 11):
-            twin.step(o.without(frozenset({"z"})))
+        twin = twin_of(T)
         assert dict(live.digest()) == dict(twin.digest())
         st.close()
     assert built[40] == built[160] == 13, built  # R_c and the 12 states after it
@@ -96,21 +107,13 @@ def test_a_forget_builds_and_compares_only_the_suffixs_source_sets(tmp_path, mon
     monkeypatch.setattr(state_mod, "source_delta", lambda a, of: compared.append(a.id) or real(a, of))
     counts = {}
     for T in (40, 160):
-        rt = make_runtime("reference")
-        for o in store_session(T, T - 11):
-            rt.step(o)
-        db = tmp_path / f"T{T}.db"
-        Store(db, create=True).save(rt.session, "reference", dict(rt.digest()))
-        st = Store(db)
-        opened = open_runtime(st)
+        st, opened = stored_and_opened(tmp_path, T)
         stored = [a for a in opened.session.state.artifacts if isinstance(a, StoredArtifact) and a.parents]
         compared.clear()
         live, _ = forget_stored(st, ["z"], rt=opened, head=st.meta("chain_head"))
         built = sum("source_ids" in a.__dict__ for a in stored)
         counts[T] = (built, len(compared))
-        twin = make_runtime("reference")
-        for o in store_session(T, T - 11):
-            twin.step(o.without(frozenset({"z"})))
+        twin = twin_of(T)
         assert live.session.state.artifacts == twin.session.state.artifacts  # every source set too
         assert dict(live.digest()) == dict(twin.digest())
         st.close()
