@@ -248,7 +248,7 @@ class _Turn:
         self.counter += 1
         aid = f"t{self.turn}.{self.counter}.{kind}"
         a = Artifact(aid, kind, (), frozenset({part.source}), None, self.turn)
-        object.__setattr__(a, "known_delta", ((), [part.source], []))
+        object.__setattr__(a, "known_delta", ((), (part.source,), ()))
         self.artifacts.append(a)
         self.by_id[aid] = a
         return aid
@@ -266,7 +266,7 @@ class _Turn:
         for p in of:
             src |= p.source_ids  # oracle source-ID propagation
         a = Artifact(aid, type_, parents, frozenset(src), span, self.turn, committed)
-        object.__setattr__(a, "known_delta", (of, [], []))  # the parents' union, by construction
+        object.__setattr__(a, "known_delta", (of, (), ()))  # the parents' union, by construction
         self.artifacts.append(a)
         self.by_id[aid] = a
         return aid

@@ -119,3 +119,29 @@ def test_a_forget_builds_and_compares_only_the_suffixs_source_sets(tmp_path, mon
         st.close()
     assert counts[40] == counts[160], counts
     assert counts[160][0] <= 3 and counts[160][1] == 0, counts
+
+
+def test_stored_source_sets_read_back_exactly_where_an_artifact_drops_a_source(tmp_path):
+    """A stored artifact's set is rebuilt from its ancestors' stored deltas when first read: as
+    the union of what they add, or, where one of them drops a source, each set in order. Both
+    paths give back every set as saved (read from the last artifact first, so that the lazy
+    path does the work), and the loaded graph digests as the saved one."""
+    from dataclasses import replace
+
+    from unsee.model.state import graph_digest
+
+    rt = make_runtime("reference")
+    for o in store_session(30, 19):
+        rt.step(o)
+    s = rt.session
+    arts = list(s.state.artifacts)
+    i = next(k for k, a in enumerate(arts) if a.turn == 20 and a.parents and "z" in a.source_ids)
+    arts[i] = replace(arts[i], source_ids=arts[i].source_ids - {"z"})  # drops z; its children add it back
+    edited = replace(s, states=s.states[:-1] + (replace(s.state, artifacts=tuple(arts)),))
+    db = tmp_path / "drop.db"
+    Store(db, create=True).save(edited, "reference", dict(rt.digest()))
+    back = Store(db).load(None).state.artifacts
+    assert [a.source_ids for a in reversed(back)] == [a.source_ids for a in reversed(arts)]
+    assert graph_digest(back) == graph_digest(arts) != graph_digest(s.state.artifacts)
+    drops = [a for a in back if a.known_delta[2]]
+    assert [a.id for a in drops] == [arts[i].id]  # the stored delta says what it drops
