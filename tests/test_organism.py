@@ -81,6 +81,17 @@ def test_the_data_generator_is_deterministic():
     assert digest(range(20)) != digest(range(1, 21))
 
 
+def test_a_tool_share_draws_that_share_of_tool_episodes_from_the_seed_alone():
+    from unsee.impl.engine import organism_train as T
+
+    seeds = range(400)
+    assert all(T.family_of(s, None) is None for s in seeds)  # the generator's own mix
+    half = [T.family_of(s, 0.5) for s in seeds]
+    assert half == [T.family_of(s, 0.5) for s in seeds]
+    assert 150 < half.count("tool") < 250 and set(half) == {"tool", None}
+    assert all(D.episode(s, T.family_of(s, 1.0)).family == "tool" for s in range(20))
+
+
 def test_a_short_training_run_is_deterministic():
     from unsee.impl.engine.models import load
     from unsee.impl.engine import organism_train as T

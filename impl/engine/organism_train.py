@@ -62,11 +62,22 @@ def new_model(vocab: int, seed: int = 0):
     return LlamaForCausalLM(cfg)
 
 
-def sequences(template, seeds, max_len: int = MAX_LEN):
+def family_of(seed: int, tool_share: float | None) -> str | None:
+    """The family of training episode `seed`: the generator's mix (None), or, with tool_share,
+    the tool channel for that share of the episodes (drawn from the seed alone) and the mix
+    for the rest."""
+    import random
+
+    if tool_share is None:
+        return None
+    return "tool" if random.Random(f"family:{seed}").random() < tool_share else None
+
+
+def sequences(template, seeds, max_len: int = MAX_LEN, tool_share: float | None = None):
     """Every training sequence of these episodes: (token ids, loss weights), cut to max_len."""
     out = []
     for s in seeds:
-        done, _ = D.render(D.episode(s), template)
+        done, _ = D.render(D.episode(s, family_of(s, tool_share)), template)
         out += [(ids[:max_len], w[:max_len]) for ids, w in done]
     return out
 
@@ -143,7 +154,7 @@ def setup() -> None:
 
 def train(out: Path | None, steps: int, per_step: int = 8, minutes: float | None = None, lr: float = 3e-3,
           warmup: int = 50, tokenizer=None, log_every: int = 50, seed: int = 0, log=print, init: Path | None = None,
-          copy: int = 0) -> dict:
+          copy: int = 0, tool_share: float | None = None, offset: int | None = None) -> dict:
     """Train and (when `out`) save weights, tokenizer and a training record. Returns the record."""
     from unsee.impl.engine.models import ChatMLTemplate
 
@@ -172,8 +183,10 @@ def train(out: Path | None, steps: int, per_step: int = 8, minutes: float | None
             break
         for g in opt.param_groups:
             g["lr"] = schedule(step, steps, lr, warmup)
-        first = seed * 10**9 + (0 if init is None else 10**8) + step * per_step  # a continuation draws new episodes
-        seqs = sequences(template, range(first, first + per_step)) + copy_sequences(template, step, copy)
+        base = (0 if init is None else 10**8) if offset is None else offset  # a continuation draws new episodes
+        first = seed * 10**9 + base + step * per_step
+        seqs = sequences(template, range(first, first + per_step), tool_share=tool_share) + \
+            copy_sequences(template, step if offset is None else offset + step, copy)
         total = sum(sum(ws[1:]) for _, ws in seqs)
         opt.zero_grad(set_to_none=True)
         loss = 0.0
@@ -196,6 +209,7 @@ def train(out: Path | None, steps: int, per_step: int = 8, minutes: float | None
               "seconds": round(time.perf_counter() - started, 1), "final_loss": sum(losses[-50:]) / max(1, len(losses[-50:])),
               "torch": torch.__version__, "threads": torch.get_num_threads(), "max_len": MAX_LEN,
               "vocab": len(tok), "arch": ARCH, "init": None if init is None else str(init), "copy_per_step": copy,
+              "tool_share": tool_share, "episode_offset": offset,
               "parameters": sum(p.numel() for p in model.parameters())}
     if out is not None:
         save(out, model, tok, record)
@@ -223,8 +237,13 @@ def main(argv=None) -> None:
     ap.add_argument("--warmup", type=int, default=50)
     ap.add_argument("--init", type=Path, default=None, help="continue from these weights (and their tokenizer)")
     ap.add_argument("--copy", type=int, default=0, help="copying sequences per step (see copy_sequences)")
+    ap.add_argument("--tool-share", type=float, default=None,
+                    help="draw this share of the episodes from the tool channel (default: the generator's mix)")
+    ap.add_argument("--offset", type=int, default=None,
+                    help="first episode index (default 0, or 10^8 when continuing); the copy sequences then draw from it too")
     args = ap.parse_args(argv)
-    rec = train(args.out, args.steps, args.per_step, args.minutes, args.lr, args.warmup, init=args.init, copy=args.copy)
+    rec = train(args.out, args.steps, args.per_step, args.minutes, args.lr, args.warmup, init=args.init, copy=args.copy,
+                tool_share=args.tool_share, offset=args.offset)
     print(f"saved {args.out} after {rec['steps']} steps in {rec['seconds']:.0f} s, final loss {rec['final_loss']:.4f}")
 
 
