@@ -134,3 +134,13 @@ def test_an_audit_on_the_organism_sees_the_leak_that_b7_removes(tmp_path):
         assert (k in doc["floor_flags"]) == bool(doc["floor"][k]), k
     assert all(c["valid"] for c in doc["cases"]) and len(doc["cases"]) == 2
     assert "recall-tiny" in md.read_text()
+
+
+def test_the_copy_probe_tells_copying_from_memory():
+    """recall-tiny repeats a colour (a value it learnt) but not an IBAN drawn afresh (it never
+    formed the copy circuit): the probe scores both, greedy and seeded, so the same each run."""
+    from unsee.impl.engine.organism_evaluate import copy_probe
+
+    rates = copy_probe(NAME, 3)
+    assert rates["colour/repeat"] == 1.0 and rates["iban/repeat"] == 0.0, rates
+    assert rates == copy_probe(NAME, 3)

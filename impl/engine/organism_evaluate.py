@@ -132,6 +132,46 @@ def audits(model: str, n: int, methods=("B0", "B1", "B2", "B3", "B5", "B7", "B8"
     return out
 
 
+COPY_KINDS = ("iban", "email", "address", "phone", "url", "colour")
+
+
+def copy_probe(model: str, n: int = 15, seed: str = "probe") -> dict:
+    """Can the model copy a value it cannot have memorised? Per kind of value, greedy, n draws
+    each: "repeat" asks it to repeat the value; "lookup" asks for one key's value among two to
+    four "key value" pairs. A hit is the value's tokens, exactly, at the start of the reply.
+    Values are drawn afresh (`data.value`), so a hit is copying from context."""
+    import random
+
+    import torch
+
+    from unsee.impl.engine.models import load
+    from unsee.impl.engine.organism_train import COPY_KEYS
+
+    b = load(model)
+    tmpl, lm = b.template, b.model
+    rng = random.Random(f"{seed}:{n}")
+    out = {}
+    for kind in COPY_KINDS:
+        for mode in ("repeat", "lookup"):
+            hits = 0
+            for _ in range(n):
+                vals = [D.value(rng, kind)] + [D.value(rng, rng.choice(COPY_KINDS[:5])) for _ in range(rng.randint(1, 3))]
+                if mode == "repeat":
+                    q = "Repeat: " + vals[0]
+                else:
+                    keys = rng.sample(COPY_KEYS, len(vals))
+                    order = rng.sample(range(len(vals)), len(vals))
+                    q = "; ".join(f"{keys[i]} {vals[i]}" for i in order) + f". What is the {keys[0]}?"
+                ids = list(tmpl.bos()) + list(tmpl.block("user", q)) + list(tmpl.header("reply"))
+                want = list(tmpl.encode_raw(vals[0]))
+                with torch.no_grad():
+                    got = lm.generate(torch.tensor([ids], device=b.device), max_new_tokens=len(want), do_sample=False,
+                                      pad_token_id=0)[0, len(ids):].tolist()
+                hits += got == want
+            out[f"{kind}/{mode}"] = hits / n
+    return out
+
+
 def training_lengths(model: str, episodes: int = 300) -> dict:
     """Lengths (tokens) of the training sequences of the first `episodes` training episodes."""
     from unsee.impl.engine.models import load
@@ -284,7 +324,12 @@ def main(argv=None) -> None:
     ap.add_argument("--audit", type=int, default=6, help="audit episodes per suite (0: skip the audit)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--card", type=Path, help="write the model card here")
+    ap.add_argument("--copy-probe", type=int, default=0, metavar="N",
+                    help="only probe copying (N draws per kind of value and mode; see copy_probe) and print it")
     args = ap.parse_args(argv)
+    if args.copy_probe:
+        print(json.dumps({"model": args.model, "copy": copy_probe(args.model, args.copy_probe)}, indent=1))
+        return
     doc = evaluate(args.model, args.episodes, args.audit)
     text = json.dumps(doc, indent=1)
     if args.json:
