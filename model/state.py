@@ -123,6 +123,12 @@ class Artifact:
     # where its maker knows it (see `artifact_delta`). Not a field: `replace` drops it.
     known_delta = None
 
+    def __reduce__(self):
+        """Copies and pickles are the provenance tuple alone: `known_delta` is a cache, and
+        following its parents would copy the artifact's whole ancestry."""
+        return Artifact, (self.id, self.type, self.parents, self.source_ids, self.token_span, self.turn,
+                          self.committed)
+
 
 @dataclass(frozen=True)
 class Block:

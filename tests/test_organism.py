@@ -83,6 +83,7 @@ def test_the_data_generator_is_deterministic():
 
 def test_a_tool_share_draws_that_share_of_tool_episodes_from_the_seed_alone():
     from unsee.impl.engine import organism_train as T
+    from unsee.impl.engine.models import load
 
     seeds = range(400)
     assert all(T.family_of(s, None) is None for s in seeds)  # the generator's own mix
@@ -90,6 +91,10 @@ def test_a_tool_share_draws_that_share_of_tool_episodes_from_the_seed_alone():
     assert half == [T.family_of(s, 0.5) for s in seeds]
     assert 150 < half.count("tool") < 250 and set(half) == {"tool", None}
     assert all(D.episode(s, T.family_of(s, 1.0)).family == "tool" for s in range(20))
+    tmpl = load(NAME).template  # and training draws its episodes through it
+    tools = [x for s in range(3) for x in D.render(D.episode(s, "tool"), tmpl)[0]]
+    assert T.sequences(tmpl, range(3), tool_share=1.0) == [(ids[:T.MAX_LEN], w[:T.MAX_LEN]) for ids, w in tools]
+    assert T.sequences(tmpl, range(3)) != T.sequences(tmpl, range(3), tool_share=1.0)
 
 
 def test_a_short_training_run_is_deterministic():

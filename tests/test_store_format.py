@@ -1,7 +1,11 @@
 """The store's format: linear growth, and stores written by format 1 still open (migrated)."""
 
+import copy
 import json
+import pickle
+import random
 import shutil
+import sqlite3
 from pathlib import Path
 
 from tests.test_cli_store import EPISODE, unsee
@@ -140,8 +144,57 @@ def test_stored_source_sets_read_back_exactly_where_an_artifact_drops_a_source(t
     edited = replace(s, states=s.states[:-1] + (replace(s.state, artifacts=tuple(arts)),))
     db = tmp_path / "drop.db"
     Store(db, create=True).save(edited, "reference", dict(rt.digest()))
-    back = Store(db).load(None).state.artifacts
-    assert [a.source_ids for a in reversed(back)] == [a.source_ids for a in reversed(arts)]
+    want = [a.source_ids for a in arts]
+    for order in ("reversed", "forward", "shuffled"):  # each on a fresh load: nothing read before
+        back = Store(db).load(None).state.artifacts
+        idx = list(range(len(back)))
+        if order == "reversed":
+            idx.reverse()
+        elif order == "shuffled":
+            random.Random(3).shuffle(idx)
+        assert [back[k].source_ids for k in idx] == [want[k] for k in idx], order
     assert graph_digest(back) == graph_digest(arts) != graph_digest(s.state.artifacts)
     drops = [a for a in back if a.known_delta[2]]
     assert [a.id for a in drops] == [arts[i].id]  # the stored delta says what it drops
+
+
+def test_a_forget_hands_its_freed_pages_back_and_an_open_writes_nothing(tmp_path):
+    """secure_delete zeroes what a save deletes; a new store then returns the freed pages to the
+    file system, so a forget leaves no free page behind. Opening a store writes nothing to it."""
+    from unsee.impl.store.session import forget_stored
+
+    from dataclasses import replace
+
+    rt = make_runtime("reference")
+    for o in store_session(40, 29):
+        if o.sources == {"z"}:  # a target of 20,000 characters: its pages are not reused by the replay
+            o = replace(o, parts=(replace(o.parts[0], text="passport X4417202 " * 1100),))
+        rt.step(o)
+    db = tmp_path / "big.db"
+    Store(db, create=True).save(rt.session, "reference", dict(rt.digest()))
+    before = db.read_bytes()
+    Store(db).close()
+    assert db.read_bytes() == before  # an open that only reads leaves the file as it was
+    st = Store(db)
+    forget_stored(st, ["z"], rt=open_runtime(st), head=st.meta("chain_head"))
+    st.close()
+    assert db.stat().st_size < len(before) - 20_000  # the target's pages left the file
+    con = sqlite3.connect(db)
+    try:
+        assert con.execute("PRAGMA auto_vacuum").fetchone() == (2,)  # incremental
+        assert con.execute("PRAGMA freelist_count").fetchone() == (0,)
+    finally:
+        con.close()
+
+
+def test_an_artifact_copies_and_pickles_as_its_provenance_tuple_alone(tmp_path):
+    """An artifact keeps its parents (`known_delta`) to digest fast; a copy or a pickle must not
+    follow them through the whole ancestry (deeper than the recursion limit at T=400)."""
+    st, opened = stored_and_opened(tmp_path, 400)
+    rt = make_runtime("reference")
+    for o in store_session(400, 389):
+        rt.step(o)
+    for a in (rt.session.state.artifacts[-1], opened.session.state.artifacts[-1]):
+        for back in (pickle.loads(pickle.dumps(a)), copy.deepcopy(a), copy.copy(a)):
+            assert back == a and type(back).__name__ == "Artifact" and back.known_delta is None
+    st.close()

@@ -238,7 +238,8 @@ def main(argv=None) -> None:
     ap.add_argument("--init", type=Path, default=None, help="continue from these weights (and their tokenizer)")
     ap.add_argument("--copy", type=int, default=0, help="copying sequences per step (see copy_sequences)")
     ap.add_argument("--tool-share", type=float, default=None,
-                    help="draw this share of the episodes from the tool channel (default: the generator's mix)")
+                    help="draw this share of the episodes from the tool channel, the rest from the generator's "
+                         "mix (itself 20 %% tool); default: the mix alone")
     ap.add_argument("--offset", type=int, default=None,
                     help="first episode index (default 0, or 10^8 when continuing); the copy sequences then draw from it too")
     args = ap.parse_args(argv)

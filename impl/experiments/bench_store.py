@@ -27,10 +27,12 @@ def store_session(T: int, tau: int, compact_every: int = 0) -> list[Observation]
     """T observations of an assistant session. Without compaction (compact_every=0) the
     context, and so the per-state size, grows with t: the worst case for a store that keeps
     every R_t whole, and a restore of R_{τ−1} that reads a context as long as the session.
-    compact_every=K compacts at every K-th turn before τ (a user turn then asks for a
-    summary), so the context stays bounded and only the log and the graph grow with T.
-    The target is a memory fact at τ; a consequential call every 10 turns."""
+    compact_every=K compacts once in every K turns before τ (at the first user turn from each
+    multiple of K: only a user turn asks for a summary), so the context stays bounded and only
+    the log and the graph grow with T. The target is a memory fact at τ; a consequential call
+    every 10 turns."""
     obs = [Observation("system", (Part("sys", "You are a careful personal assistant."),))]
+    due = compact_every or T + 1  # the turn from which the next compaction is due
     for t in range(2, T + 1):
         i = t % len(REQUESTS)
         if t == tau:
@@ -38,9 +40,11 @@ def store_session(T: int, tau: int, compact_every: int = 0) -> list[Observation]
         elif t % 3 == 0:
             obs.append(Observation("tool", (Part(f"r{t}", TOOL_RESULTS[i]),), reply=6))
         else:
+            compact = t >= due and t < tau
+            if compact:
+                due = (t // compact_every + 1) * compact_every
             obs.append(Observation("user", (Part(f"u{t}", REQUESTS[i]),), reply=8,
-                                   tool="send" if t % 10 == 0 else ("lookup" if t % 7 == 0 else None),
-                                   compact=bool(compact_every) and t % compact_every == 0 and t < tau))
+                                   tool="send" if t % 10 == 0 else ("lookup" if t % 7 == 0 else None), compact=compact))
     return obs
 
 

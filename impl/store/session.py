@@ -82,12 +82,13 @@ def check_store(store, on_step=None) -> dict:
 
 @contextmanager
 def _no_cyclic_gc():
-    """A stored session loads as some 10⁵ small acyclic objects; while they are made, the cyclic
-    collector's full passes walk every object the process holds, and at T=800 one pass cost
-    more than the rest of the forget. Reference counting frees them as always."""
+    """A forget (the load of a stored session, the replay, the save) makes some 10⁵ small acyclic
+    objects; while they are made, the cyclic collector's full passes walk every object the
+    process holds, and at T=800 one pass cost more than the rest of the forget. Reference
+    counting frees them as always; the collector is back on when the forget returns or fails."""
     was = gc.isenabled()
-    gc.disable()
     try:
+        gc.disable()
         yield
     finally:
         if was:

@@ -292,7 +292,9 @@ class StoredArtifact(Artifact):
     few (the parents of its first replayed turn). The set is the union of what the stored
     deltas of its ancestors add, down to ancestors whose set is known, where no ancestor on the
     way drops anything; otherwise each ancestor's set is built in order, as the definition says.
-    It equals, hashes and pickles as the `Artifact` it stands for."""
+    Only the set asked for is kept: read in creation order (as every reader here reads them) a
+    set costs what its artifact adds to its parents'; read out of order, each walks its
+    ancestry. It equals, hashes and pickles as the `Artifact` it stands for."""
 
     def __getattr__(self, name):
         if name != "source_ids":
@@ -329,9 +331,6 @@ class StoredArtifact(Artifact):
 
     def __hash__(self) -> int:
         return hash(_FIELDS(self))
-
-    def __reduce__(self):
-        return Artifact, _FIELDS(self)
 
 
 def _stored_artifact(ord_: int, aid: str, type_: str, parents: tuple, stored_parents: tuple, added, dropped,
@@ -370,10 +369,14 @@ class Store:
         self.migrated: str | None = None
         self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
         try:
-            self.db.execute("PRAGMA secure_delete = ON")  # deleted content and freed pages are zeroed
-            # a new store hands freed pages back to the file system after a forget (see save);
-            # this takes effect only before the first table is made, so older stores keep theirs
-            self.db.execute("PRAGMA auto_vacuum = INCREMENTAL")
+            # deleted content and freed pages are zeroed: a forget's erasure rests on this
+            if self.db.execute("PRAGMA secure_delete = ON").fetchone() != (1,):
+                raise StoreError(f"this SQLite ({sqlite3.sqlite_version}) cannot zero deleted content "
+                                 "(secure_delete); a forget could not erase what it deletes")
+            if self.db.execute("PRAGMA page_count").fetchone()[0] == 0:
+                # a new file hands freed pages back after a save (see save). Only a file without
+                # tables takes the setting, and setting it on an existing one would write to it
+                self.db.execute("PRAGMA auto_vacuum = INCREMENTAL")
             self.db.executescript(SCHEMA)
             fmt = self.meta("format")
         except sqlite3.DatabaseError as e:
@@ -522,10 +525,12 @@ class Store:
             db.execute("ROLLBACK")
             raise
         self._point("commit")
-        # secure_delete has zeroed every deleted row and freed page in the transaction, so no
-        # byte that held the target is left; give the freed pages back (a cost of what was
-        # deleted, where a VACUUM would rewrite the whole file, K/V pages and all)
-        db.execute("PRAGMA incremental_vacuum")
+        # secure_delete has zeroed every row the transaction deleted and every page it freed, so
+        # no byte of the database file still holds the target (the rollback journal that held
+        # the old pages during the transaction is deleted at commit). Give the freed pages back:
+        # a cost of what was deleted, where a VACUUM would rewrite the whole file, K/V pages and
+        # all. (executescript runs the pragma to the end; execute would free one page.)
+        db.executescript("PRAGMA incremental_vacuum;")
 
     def _pages_to_write(self, s: Session, c: int):
         """(layout, rows) of the K/V pages first used by R_{c+1}..R_T and not stored yet, or
@@ -588,9 +593,13 @@ class Store:
         """Every source id in the stored observation log: the first element of every visible part
         (a part that stands instead of a target has a third element), read by SQLite's JSON
         functions instead of parsing every observation in Python."""
-        return {x for (x,) in self.db.execute(
-            "SELECT DISTINCT json_extract(p.value, '$[0]') FROM observations, json_each(observations.body, '$.parts') p"
-            " WHERE json_array_length(p.value) < 3 OR json_extract(p.value, '$[2]') IS NULL")}
+        try:
+            return {x for (x,) in self.db.execute(
+                "SELECT DISTINCT json_extract(p.value, '$[0]') FROM observations, json_each(observations.body, '$.parts') p"
+                " WHERE json_array_length(p.value) < 3 OR json_extract(p.value, '$[2]') IS NULL")}
+        except sqlite3.OperationalError:  # an SQLite built without its JSON functions
+            return {x for (b,) in self.db.execute("SELECT body FROM observations")
+                    for x in Observation.from_json(json.loads(b)).sources}
 
     def load(self, model_lm) -> Session:
         if not self.has_session():
@@ -610,7 +619,7 @@ class Store:
             d = parsed.get(src)
             if d is None:
                 j = json.loads(src)
-                d = parsed[src] = (j, None) if isinstance(j, list) else (None, (j["+"], j["-"]))
+                d = parsed[src] = (j, None) if isinstance(j, list) else (None, (tuple(j["+"]), tuple(j["-"])))
             whole, delta = d
             span = None if span is None else tuple(span)
             if whole is not None:  # format 1: stored whole
