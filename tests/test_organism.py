@@ -1,6 +1,7 @@
-"""recall-tiny, the model trained here: its shipped weights load under the KV engine, forget
-exactly (B7 ≡ B5 under torch.equal), recall a memory fact through the runtime; its data
-generator and its training are deterministic."""
+"""recall-tiny and recall-tiny-2, the models trained here: their shipped weights load under the
+KV engine and forget exactly (B7 ≡ B5 under torch.equal); recall-tiny recalls a memory fact
+through the runtime and recall-tiny-2 copies what recall-tiny cannot; the data generator and
+the training are deterministic."""
 
 import hashlib
 
@@ -16,8 +17,12 @@ from unsee.model import Config, Observation, Part
 from tests.kv_helpers import assert_b7_equals_b5
 
 
-def test_shipped_weights_load_under_the_kv_engine():
-    rt = make_runtime(NAME)
+ORGANISMS = (NAME, "recall-tiny-2")
+
+
+@pytest.mark.parametrize("name", ORGANISMS)
+def test_shipped_weights_load_under_the_kv_engine(name):
+    rt = make_runtime(name)
     b = rt.bundle
     assert b.model.config.model_type == "llama" and b.model.config.tie_word_embeddings
     assert not b.model.training
@@ -26,9 +31,10 @@ def test_shipped_weights_load_under_the_kv_engine():
     assert rt.model.template.detokenize(ids) == "The user's home address is 42 Wallaby Way, Sydney."
 
 
+@pytest.mark.parametrize("name", ORGANISMS)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_selective_replay_equals_full_reset_under_torch_equal(dtype):
-    assert_b7_equals_b5(NAME, dtype)
+def test_selective_replay_equals_full_reset_under_torch_equal(name, dtype):
+    assert_b7_equals_b5(name, dtype)
 
 
 STORY = (
@@ -149,3 +155,28 @@ def test_the_copy_probe_tells_copying_from_memory():
     rates = copy_probe(NAME, 3)
     assert rates["colour/repeat"] == 1.0 and rates["iban/repeat"] == 0.0, rates
     assert rates == copy_probe(NAME, 3)
+
+
+def test_the_second_organism_copies_what_the_first_cannot():
+    """recall-tiny-2 continues recall-tiny with copy-heavy and tool-weighted runs (its model card):
+    it repeats e-mails and URLs drawn afresh, which recall-tiny never does; digit strings (IBANs)
+    it still cannot copy, and the probe says so."""
+    from unsee.impl.engine.organism_evaluate import copy_probe
+
+    first, second = copy_probe(NAME, 3), copy_probe("recall-tiny-2", 3)
+    assert first["email/repeat"] == first["url/repeat"] == 0.0, first
+    assert second["email/repeat"] == second["url/repeat"] == 1.0, second
+    assert second["iban/repeat"] == 0.0 and second["colour/repeat"] == 1.0, second
+
+
+@pytest.mark.parametrize("name", ORGANISMS)
+def test_each_model_card_is_what_its_measurements_render(name):
+    """A card is generated, never edited: it is `card` of the shipped evaluation and training records."""
+    import json
+
+    from unsee.impl.engine.models import ORGANISMS as FOLDERS
+    from unsee.impl.engine.organism_evaluate import card
+
+    folder = FOLDERS[name]
+    doc, training = (json.loads((folder / f).read_text()) for f in ("evaluation.json", "training.json"))
+    assert (folder / "README.md").read_text() == card(doc, training, name)

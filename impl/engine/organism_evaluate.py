@@ -24,7 +24,6 @@ from unsee.impl.engine.models import ORGANISMS
 from unsee.impl.engine.organism_train import EVAL_START
 
 NAME = D.NAME
-WEIGHTS = ORGANISMS[NAME]
 
 CATEGORIES = {
     "answer": "recall of a fact in context into an answer (direct question or cued completion)",
@@ -182,10 +181,12 @@ def training_lengths(model: str, episodes: int = 300) -> dict:
             "max": lens[-1]}
 
 
-def evaluate(model: str = NAME, episodes: int = 60, audit_n: int = 6) -> dict:
+def evaluate(model: str = NAME, episodes: int = 60, audit_n: int = 6, copy_n: int = 0) -> dict:
     t0 = time.perf_counter()
     doc = {"model": model, "lengths": training_lengths(model), "held_out": held_out(model, episodes)}
     doc["held_out_seconds"] = round(time.perf_counter() - t0, 1)
+    if copy_n:
+        doc["copy"], doc["copy_n"] = copy_probe(model, copy_n), copy_n
     if audit_n:
         t1 = time.perf_counter()
         doc["audit"] = audits(model, audit_n)
@@ -210,15 +211,18 @@ def status(h: dict) -> list[str]:
     return out
 
 
-def card(doc: dict, training: dict) -> str:
-    """The model card: what was trained, how, and what it does, all from the measurements."""
+def card(doc: dict, training: dict, name: str = NAME) -> str:
+    """The model card of organism `name`: what was trained, how, and what it does, all from the
+    measurements."""
     from unsee.impl.engine.organism_train import ARCH
+
+    folder = f"impl/engine/{ORGANISMS[name].name}" if name in ORGANISMS else str(name)
 
     h = doc["held_out"]
     rows = "\n".join(f"| {c} | {_pct(h['rates'][c])} | {h['counts'][c][1]} | {CATEGORIES[c]} |" for c in CATEGORIES)
     params = training.get("phases", [training])[-1].get("parameters", "?")
     lines = [
-        f"# {NAME}",
+        f"# {name}",
         "",
         "A small Llama-architecture causal LM trained here, on CPU, as a model organism that remembers:",
         "it is trained to recall facts from memory records, user turns, tool results and its own summaries",
@@ -253,14 +257,20 @@ def card(doc: dict, training: dict) -> str:
         cmd = ["python -m unsee.impl.engine.organism_train"]
         if ph.get("init"):
             cmd.append(f"--init PHASE{i}")
-        cmd.append(f"--out {'PHASE' + str(i + 1) if i + 1 < len(phases) else 'impl/engine/organism_weights'}")
+        cmd.append(f"--out {'PHASE' + str(i + 1) if i + 1 < len(phases) else folder}")
         cmd.append(f"--steps {ph.get('planned_steps')} --per-step {ph.get('episodes_per_step')} "
                    f"--lr {ph.get('peak_lr')} --warmup {ph.get('warmup')}")
         if ph.get("copy_per_step"):
             cmd.append(f"--copy {ph['copy_per_step']}")
+        if ph.get("tool_share") is not None:
+            cmd.append(f"--tool-share {ph['tool_share']}")
+        if ph.get("episode_offset") is not None:
+            cmd.append(f"--offset {ph['episode_offset']}")
         lines.append(" ".join(cmd))
         total += ph.get("seconds", 0)
     lines += ["```", ""]
+    lines += [f"PHASE{i} is `{ph['init']}` as shipped: runs 1–{i} are its own." for i, ph in enumerate(phases)
+              if ph.get("init") in ORGANISMS]
     for i, ph in enumerate(phases, 1):
         lines.append(f"- Run {i}: {ph.get('steps')} steps × {ph.get('episodes_per_step')} episodes"
                      + (f" + {ph['copy_per_step']} copying sequences" if ph.get("copy_per_step") else "")
@@ -276,8 +286,9 @@ def card(doc: dict, training: dict) -> str:
         "  calls, contexts rebuilt as [system, summary] after compaction). Loss on the model's own tokens only.",
         "  Families: memory channel (60 %), preferences (20 %), tool results with AgentDojo-style",
         "  `<INFORMATION>` injections (20 %). Every value (addresses, IBANs, e-mails, providers, …) is drawn at",
-        "  random per episode, so recall is copying from context, not memorisation. The second run adds short",
-        "  copying sequences (repeat a value; recall one key's value among several) to form the copy circuit.",
+        "  random per episode, so recall is copying from context, not memorisation. The runs with copying",
+        "  sequences add short ones (repeat a value; recall one key's value among several) to form the copy",
+        "  circuit; a run with a tool share draws that share of its episodes from the tool channel.",
         "",
         f"## Measured: held-out transcripts ({h['episodes']} episodes, seeds from {h['first_seed']}, greedy, "
         "free-running through `KVRuntime`)",
@@ -292,8 +303,14 @@ def card(doc: dict, training: dict) -> str:
         "| kind | rate | decodes |",
         "| --- | --- | --- |",
     ] + [f"| {k} | {_pct(v['rate'])} | {v['n']} |" for k, v in h.get("by_kind", {}).items()]
+    if "copy" in doc:
+        lines += ["", f"## Measured: copying a value drawn afresh ({doc['copy_n']} draws per kind and mode, greedy)", "",
+                  "\"repeat\": \"Repeat: <value>\"; \"lookup\": one key's value among two to four \"key value\" pairs. A hit",
+                  "is the value's tokens, exactly, at the start of the reply.", "",
+                  "| kind | repeat | lookup |", "| --- | --- | --- |"]
+        lines += [f"| {k} | {_pct(doc['copy'][k + '/repeat'])} | {_pct(doc['copy'][k + '/lookup'])} |" for k in COPY_KINDS]
     if "audit" in doc:
-        lines += ["", f"## Measured: the audit (`unsee audit --model {NAME}`, n = {doc['audit_n']} per suite, seed 0)", ""]
+        lines += ["", f"## Measured: the audit (`unsee audit --model {name}`, n = {doc['audit_n']} per suite, seed 0)", ""]
         for suite, methods in doc["audit"].items():
             lines += [f"**{suite}**", "", "| method | any leak | action leak | Leak@probes | Leak@5 | KL vs B5 | avoid rate |",
                       "| --- | --- | --- | --- | --- | --- | --- |"]
@@ -311,9 +328,10 @@ def card(doc: dict, training: dict) -> str:
               "- Replies are fixed-length decodes: after `<|im_end|>` it pads with `<|im_end|>`.",
               "- It never obeys a forget request (B2): it was not trained to, and the audits measure exactly that.",
               "", "Examples of failures on the held-out transcripts:", ""] + (fails or ["- none recorded"])
-    lines += ["", "Regenerate this card and `evaluation.json`: `python -m unsee.impl.engine.organism_evaluate --episodes "
-              f"{h['episodes']} --audit {doc.get('audit_n', 0)} --json impl/engine/organism_weights/evaluation.json "
-              "--card impl/engine/organism_weights/README.md`.", ""]
+    copy = f" --copy {doc['copy_n']}" if "copy" in doc else ""
+    lines += ["", f"Regenerate this card and `evaluation.json`: `python -m unsee.impl.engine.organism_evaluate --model {name} "
+              f"--episodes {h['episodes']} --audit {doc.get('audit_n', 0)}{copy} --json {folder}/evaluation.json "
+              f"--card {folder}/README.md`.", ""]
     return "\n".join(lines)
 
 
@@ -326,20 +344,21 @@ def main(argv=None) -> None:
     ap.add_argument("--card", type=Path, help="write the model card here")
     ap.add_argument("--copy-probe", type=int, default=0, metavar="N",
                     help="only probe copying (N draws per kind of value and mode; see copy_probe) and print it")
+    ap.add_argument("--copy", type=int, default=0, metavar="N", help="also probe copying, N draws each, for the card")
     args = ap.parse_args(argv)
     if args.copy_probe:
         print(json.dumps({"model": args.model, "copy": copy_probe(args.model, args.copy_probe)}, indent=1))
         return
-    doc = evaluate(args.model, args.episodes, args.audit)
+    doc = evaluate(args.model, args.episodes, args.audit, args.copy)
     text = json.dumps(doc, indent=1)
     if args.json:
         args.json.write_text(text + "\n")
     else:
         print(text)
     if args.card:
-        tr = WEIGHTS / "training.json" if args.model == NAME else Path(args.model) / "training.json"
+        tr = (ORGANISMS[args.model] if args.model in ORGANISMS else Path(args.model)) / "training.json"
         training = json.loads(tr.read_text()) if tr.exists() else {}
-        args.card.write_text(card(doc, training))
+        args.card.write_text(card(doc, training, args.model))
 
 
 if __name__ == "__main__":
