@@ -221,3 +221,18 @@ def test_the_avoid_rate_skips_a_choice_one_token_cannot_tell():
     assert avoid(live, "Book one: SwiftFast or StarParcel?", "SwiftFast", "StarParcel") is None
     assert avoid(live, "Book one: RideCo or CabNow?", "RideCo", "CabNow") in (0.0, 1.0)
     assert all(a[0] != b[0] for a, b in map(provider_pair, range(6, 2000)))
+
+
+def test_every_committed_audit_table_is_what_its_json_renders():
+    """The tables in docs/results are generated, never edited: each audit's Markdown is
+    `audit_markdown` of the JSON committed beside it."""
+    import json
+    from pathlib import Path
+
+    from unsee.impl.experiments.reports import audit_markdown
+
+    results = Path(__file__).resolve().parents[1] / "docs" / "results"
+    pairs = [(j, j.with_suffix(".md")) for j in sorted(results.glob("audit-*.json")) if j.with_suffix(".md").exists()]
+    assert len(pairs) >= 10
+    for j, md in pairs:
+        assert audit_markdown(json.loads(j.read_text())) == md.read_text(), md.name
