@@ -72,11 +72,16 @@ def canonical(o: Observation) -> str:
     return json.dumps(o.to_json(), sort_keys=True)
 
 
+def link(prev: str, body: str) -> str:
+    """One link of the log's hash chain: h_t = sha256(h_{t-1} ‖ o_t)."""
+    return hashlib.sha256((prev + body).encode()).hexdigest()
+
+
 def chain_of(bodies, head: str = "0" * 64) -> list[str]:
-    """The hash chain of a log of canonical bodies: h_t = sha256(h_{t-1} ‖ o_t), from h_0 = head."""
+    """The hash chain of a log of canonical bodies, from h_0 = head (see `link`)."""
     h, out = head, []
     for b in bodies:
-        h = hashlib.sha256((h + b).encode()).hexdigest()
+        h = link(h, b)
         out.append(h)
     return out
 
@@ -634,7 +639,7 @@ class Store:
         prev = "0" * 64
         for (t, body, h), o in zip(rows, obs):
             # a row stored canonical hashes as it is; one stored by an earlier unsee, as re-encoded
-            if h != chain_of([body], prev)[0] and h != chain_of([canonical(o)], prev)[0]:
+            if h != link(prev, body) and h != link(prev, canonical(o)):
                 raise StoreError(f"{self.path}: the observation log was altered at t={t} (hash chain broken)")
             prev = h
         if rows and rows[-1][2] != self.meta("chain_head"):
