@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field, replace
+import operator
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from unsee.model import lm
@@ -126,8 +127,10 @@ class Artifact:
     def __reduce__(self):
         """Copies and pickles are the provenance tuple alone: `known_delta` is a cache, and
         following its parents would copy the artifact's whole ancestry."""
-        return Artifact, (self.id, self.type, self.parents, self.source_ids, self.token_span, self.turn,
-                          self.committed)
+        return Artifact, provenance(self)
+
+
+provenance = operator.attrgetter(*(f.name for f in fields(Artifact)))  # an artifact's fields, in order
 
 
 @dataclass(frozen=True)

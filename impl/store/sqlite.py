@@ -32,7 +32,7 @@ from pathlib import Path
 from unsee.impl.engine.pages import ITEMSIZE, from_bytes, to_bytes
 from unsee.model.session import Checkpoint, Session, UnseeError
 from unsee.model.state import (Artifact, Block, Config, LedgerEntry, Observation, State, ToolCall, artifact_delta,
-                               graph_digest, inherited_sources)
+                               graph_digest, inherited_sources, provenance)
 
 FORMAT = 2  # 1: every R_t stored whole (quadratic); 2: per-transition deltas and K/V pages
 
@@ -286,9 +286,6 @@ def _sources_json(a: Artifact, artifacts_of) -> str:
     return json.dumps({"+": added, "-": dropped})
 
 
-_FIELDS = operator.attrgetter("id", "type", "parents", "source_ids", "token_span", "turn", "committed")
-
-
 class StoredArtifact(Artifact):
     """An artifact read back from the store, whose source ids are computed when first read.
 
@@ -332,10 +329,10 @@ class StoredArtifact(Artifact):
     def __eq__(self, other):
         if not isinstance(other, Artifact):
             return NotImplemented
-        return other is self or _FIELDS(self) == _FIELDS(other)
+        return other is self or provenance(self) == provenance(other)
 
     def __hash__(self) -> int:
-        return hash(_FIELDS(self))
+        return hash(provenance(self))
 
 
 def _stored_artifact(ord_: int, aid: str, type_: str, parents: tuple, stored_parents: tuple, added, dropped,
