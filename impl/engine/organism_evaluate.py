@@ -144,7 +144,7 @@ def copy_probe(model: str, n: int = 15, seed: str = "probe") -> dict:
     import torch
 
     from unsee.impl.engine.models import load
-    from unsee.impl.engine.organism_train import COPY_KEYS
+    from unsee.impl.engine.organism_train import COPY_KEYS, lookup_question, question_ids, repeat_question
 
     b = load(model)
     tmpl, lm = b.template, b.model
@@ -156,12 +156,12 @@ def copy_probe(model: str, n: int = 15, seed: str = "probe") -> dict:
             for _ in range(n):
                 vals = [D.value(rng, kind)] + [D.value(rng, rng.choice(COPY_KINDS[:5])) for _ in range(rng.randint(1, 3))]
                 if mode == "repeat":
-                    q = "Repeat: " + vals[0]
+                    q = repeat_question(vals[0])
                 else:
                     keys = rng.sample(COPY_KEYS, len(vals))
                     order = rng.sample(range(len(vals)), len(vals))
-                    q = "; ".join(f"{keys[i]} {vals[i]}" for i in order) + f". What is the {keys[0]}?"
-                ids = list(tmpl.bos()) + list(tmpl.block("user", q)) + list(tmpl.header("reply"))
+                    q = lookup_question([(keys[i], vals[i]) for i in order], keys[0])
+                ids = question_ids(tmpl, q)
                 want = list(tmpl.encode_raw(vals[0]))
                 with torch.no_grad():
                     got = lm.generate(torch.tensor([ids], device=b.device), max_new_tokens=len(want), do_sample=False,

@@ -86,6 +86,20 @@ COPY_KEYS = ("home address", "IBAN", "phone", "email", "favourite colour", "birt
              "name", "account", "link")
 
 
+def repeat_question(value: str) -> str:
+    return "Repeat: " + value
+
+
+def lookup_question(pairs, key: str) -> str:
+    """"key value" pairs, then a question for one key's value."""
+    return "; ".join(f"{k} {v}" for k, v in pairs) + f". What is the {key}?"
+
+
+def question_ids(template, q: str) -> list[int]:
+    """The copying prompt: a user turn holding `q`, then the assistant's reply header."""
+    return list(template.bos()) + list(template.block("user", q)) + list(template.header("reply"))
+
+
 def copy_sequences(template, step: int, k: int):
     """k short sequences that teach copying from context (the induction circuit recall needs):
     repeat a random value, or recall the value of one key among several "key value" lines.
@@ -100,13 +114,12 @@ def copy_sequences(template, step: int, k: int):
         if rng.random() < 0.3:  # random strings of tokens from the whole vocabulary
             vals = [template.detokenize([rng.randrange(3, 2000) for _ in range(rng.randint(2, 8))]) for _ in vals]
         if rng.random() < 0.4:
-            q, a = "Repeat: " + vals[0], vals[0]
+            q, a = repeat_question(vals[0]), vals[0]
         else:
             keys = rng.sample(COPY_KEYS, len(vals))
-            q = "; ".join(f"{key} {v}" for key, v in zip(keys, vals))
             j = rng.randrange(len(vals))
-            q, a = f"{q}. What is the {keys[j]}?", vals[j]
-        ids = list(template.bos()) + list(template.block("user", q)) + list(template.header("reply"))
+            q, a = lookup_question(zip(keys, vals), keys[j]), vals[j]
+        ids = question_ids(template, q)
         ans = list(template.encode_raw(a)) + list(template.encode_raw("<|im_end|>"))
         out.append((ids + ans, [0.0] * len(ids) + [1.0] * len(ans)))
     return out
@@ -176,6 +189,8 @@ def train(out: Path | None, steps: int, per_step: int = 8, minutes: float | None
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05}, {"params": rest, "weight_decay": 0.0}],
                             lr=lr, betas=(0.9, 0.95))
     losses, done_steps, stopped_early, tokens = [], 0, False, 0
+    base = (0 if init is None else 10**8) if offset is None else offset  # a continuation draws new episodes
+    copy_base = 0 if offset is None else offset
     for step in range(steps):
         if minutes is not None and time.perf_counter() - started > 60 * minutes:
             stopped_early = True
@@ -183,10 +198,9 @@ def train(out: Path | None, steps: int, per_step: int = 8, minutes: float | None
             break
         for g in opt.param_groups:
             g["lr"] = schedule(step, steps, lr, warmup)
-        base = (0 if init is None else 10**8) if offset is None else offset  # a continuation draws new episodes
         first = seed * 10**9 + base + step * per_step
         seqs = sequences(template, range(first, first + per_step), tool_share=tool_share) + \
-            copy_sequences(template, step if offset is None else offset + step, copy)
+            copy_sequences(template, copy_base + step, copy)
         total = sum(sum(ws[1:]) for _, ws in seqs)
         opt.zero_grad(set_to_none=True)
         loss = 0.0
