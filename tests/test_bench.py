@@ -266,3 +266,6 @@ def test_the_bench_reports_render_every_committed_result():
     tab = store_tab(store)
     assert [r[0] for r in tab.rows] == [str(r["T"]) for r in store["rows"]]
     assert tab.rows[-1][1] == f"{store['rows'][-1]['bytes_per_turn']:,.0f}"
+    for name in ("store-scaling", "store-scaling-compacting"):  # the committed tables are the JSON's
+        doc = json.loads((results / f"{name}.json").read_text())
+        assert report_markdown("unsee bench store", [store_tab(doc)]) == (results / f"{name}.md").read_text()

@@ -58,14 +58,15 @@ def test_a_format_1_store_is_migrated_in_place_and_stays_exact(tmp_path):
 
 
 def stored_and_opened(tmp_path, T: int):
-    """A stored session of T turns, the target 12 from the end, and a runtime opened on it."""
+    """A session of T turns, the target 12 from the end, run live and stored: the store, a
+    runtime opened on it, and the live runtime that wrote it."""
     rt = make_runtime("reference")
     for o in store_session(T, T - 11):
         rt.step(o)
     db = tmp_path / f"T{T}.db"
     Store(db, create=True).save(rt.session, "reference", dict(rt.digest()))
     st = Store(db)
-    return st, open_runtime(st)
+    return st, open_runtime(st), rt
 
 
 def twin_of(T: int):
@@ -84,7 +85,7 @@ def test_a_forget_decodes_only_the_states_it_needs(tmp_path):
 
     built = {}
     for T in (40, 160):
-        st, opened = stored_and_opened(tmp_path, T)
+        st, opened, _ = stored_and_opened(tmp_path, T)
         deltas = opened.session.states.deltas
         assert len(deltas.cache) == 0  # every stored state already says its cache is absent
         live, doc = forget_stored(st, ["z"], rt=opened, head=st.meta("chain_head"))
@@ -111,7 +112,7 @@ def test_a_forget_builds_and_compares_only_the_suffixs_source_sets(tmp_path, mon
     monkeypatch.setattr(state_mod, "source_delta", lambda a, of: compared.append(a.id) or real(a, of))
     counts = {}
     for T in (40, 160):
-        st, opened = stored_and_opened(tmp_path, T)
+        st, opened, _ = stored_and_opened(tmp_path, T)
         stored = [a for a in opened.session.state.artifacts if isinstance(a, StoredArtifact) and a.parents]
         compared.clear()
         live, _ = forget_stored(st, ["z"], rt=opened, head=st.meta("chain_head"))
@@ -190,10 +191,7 @@ def test_a_forget_hands_its_freed_pages_back_and_an_open_writes_nothing(tmp_path
 def test_an_artifact_copies_and_pickles_as_its_provenance_tuple_alone(tmp_path):
     """An artifact keeps its parents (`known_delta`) to digest fast; a copy or a pickle must not
     follow them through the whole ancestry (deeper than the recursion limit at T=400)."""
-    st, opened = stored_and_opened(tmp_path, 400)
-    rt = make_runtime("reference")
-    for o in store_session(400, 389):
-        rt.step(o)
+    st, opened, rt = stored_and_opened(tmp_path, 400)
     for a in (rt.session.state.artifacts[-1], opened.session.state.artifacts[-1]):
         for back in (pickle.loads(pickle.dumps(a)), copy.deepcopy(a), copy.copy(a)):
             assert back == a and type(back).__name__ == "Artifact" and back.known_delta is None

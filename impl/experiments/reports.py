@@ -161,20 +161,17 @@ def store_tab(doc: dict) -> Tab:
             ("T", "bytes/turn", "context", "process s", "×", "open+forget+save s", "×", "agent s", "×",
              "transitions"))
     for r in doc["rows"]:
-        agent = r.get("agent_forget_seconds")
-        t.add(str(r["T"]), f"{r['bytes_per_turn']:,.0f}", _count(r.get("context_tokens")),
-              f"{r['forget_process_seconds']:.2f}", _ratio(r.get("process_ratio_vs_first")),
-              f"{r['forget_seconds']:.3f}", _ratio(r["forget_ratio_vs_first"]),
-              _secs(agent), _ratio(r.get("agent_ratio_vs_first")), str(r["runs"][0]["transitions"]))
+        t.add(str(r["T"]), f"{r['bytes_per_turn']:,.0f}", _dash(r.get("context_tokens"), ","),
+              f"{r['forget_process_seconds']:.2f}", _dash(r.get("process_ratio_vs_first"), ".2f"),
+              f"{r['forget_seconds']:.3f}", _dash(r["forget_ratio_vs_first"], ".2f"),
+              _secs(r.get("agent_forget_seconds")), _dash(r.get("agent_ratio_vs_first"), ".2f"),
+              str(r["runs"][0]["transitions"]))
     return t
 
 
-def _count(x) -> str:
-    return "—" if x is None else f"{x:,}"
-
-
-def _ratio(x) -> str:
-    return "—" if x is None else f"{x:.2f}"
+def _dash(x, spec: str) -> str:
+    """`x` formatted with `spec`, or a dash where a result has no such figure (an older JSON)."""
+    return "—" if x is None else format(x, spec)
 
 
 def _kv_level(d: dict) -> str:
@@ -187,7 +184,7 @@ def _plus(x: float, digits: int = 1) -> str:
 
 
 def _secs(x) -> str:
-    return "—" if x is None else f"{x:.3f}"
+    return _dash(x, ".3f")
 
 
 def cost_law_report(doc: dict) -> list:
