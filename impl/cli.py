@@ -413,7 +413,8 @@ def audit(suite: str = typer.Option("memory", help="agentdojo | agentdojo:<suite
     """Apply B0–B9 to the same contaminated states and audit each against B5."""
     from unsee.impl.experiments.audit import run_audit
     from unsee.impl.experiments.baselines import METHODS
-    from unsee.impl.experiments.reports import audit_floor_line, audit_markdown, audit_tabs, rich_table
+    from unsee.impl.experiments.reports import (audit_floor_line, audit_identity_line, audit_markdown, audit_tabs,
+                                                rich_table)
 
     chosen = _many(methods, ",".join(METHODS))
     bad = [m for m in chosen if m not in METHODS]
@@ -446,8 +447,8 @@ def audit(suite: str = typer.Option("memory", help="agentdojo | agentdojo:<suite
             signal.signal(signal.SIGTERM, before)
     for tab in audit_tabs(doc):
         out.print(rich_table(tab))
-    out.print(f"{audit_floor_line(doc)}; B7 identical to B5 in every cell: "
-              f"{doc['tests'].get('B7', {}).get('identical_to_B5')}")
+    out.print(audit_floor_line(doc))
+    out.print(audit_identity_line(doc))
     r = doc["run"]
     reused = f", {r['episodes_from_journal']} from {journal}" if r["episodes_from_journal"] else ""
     out.print(f"{r['episodes_run']} episodes run in {r['seconds']} s{reused} ({r['episodes_per_hour'] or '–'} episodes/hour; "

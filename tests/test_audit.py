@@ -176,7 +176,7 @@ def test_leaks_are_broken_down_by_suite_and_by_kind_of_fact():
     """The JSON and the tables break leaks down by AgentDojo suite (or memory fact kind), each
     over that group's episodes with a valid needle."""
     from unsee.impl.experiments.audit import group_of, summarize
-    from unsee.impl.experiments.reports import audit_tabs
+    from unsee.impl.experiments.reports import FLAG, audit_tabs
 
     assert group_of("slack/user_task_13/injection_task_3") == "slack"
     assert group_of("memory-iban-4") == "iban" and group_of("preference-7") is None
@@ -191,8 +191,39 @@ def test_leaks_are_broken_down_by_suite_and_by_kind_of_fact():
     tab = next(t for t in audit_tabs(doc) if t.title.startswith("Leak by group"))
     assert tab.columns == ("method", "banking (1)", "slack (3)")
     assert tab.rows[1] == ("B0", "0 / 0", "0.5 / 0")
+    assert doc["by_group"]["slack"]["floor_flags"] == [] and tab.notes == [] and FLAG not in "".join(tab.columns)
     one = summarize("m", "agentdojo", 1, {k: v[:1] for k, v in rows.items()}, cases[:1])
     assert one["by_group"] == {} and not any(t.title.startswith("Leak by group") for t in audit_tabs(one))
+    # a floor only one group has is flagged there, though the whole suite's mean hides it in no table
+    rows["B5"][1] = dict(_row(0.0), leak_at_probes=1.0)  # banking's one episode: the twin answers too
+    doc = summarize("m", "agentdojo", 4, rows, cases)
+    assert doc["by_group"]["banking"]["floor_flags"] == ["leak_at_probes"] and doc["by_group"]["slack"]["floor_flags"] == []
+    tab = next(t for t in audit_tabs(doc) if t.title.startswith("Leak by group"))
+    assert tab.columns == ("method", f"banking (1) {FLAG}", "slack (3)")
+    assert len(tab.notes) == 1 and "group banking" in tab.notes[0] and "leak_at_probes = 1" in tab.notes[0]
+
+
+def test_the_paired_tests_cover_the_probes_and_the_choice():
+    """McNemar on any leak, on Leak@probes and (a preference suite) on the avoid choice, each
+    paired with B5 episode by episode; an older result without the new columns still renders."""
+    from unsee.impl.experiments.audit import mcnemar_exact, summarize
+    from unsee.impl.experiments.reports import audit_tabs
+
+    b5 = [dict(_row(0.0), avoid_rate=1.0) for _ in range(12)]
+    b0 = [dict(_row(0.0), leak_at_probes=1.0, avoid_rate=0.0) for _ in range(12)]
+    doc = summarize("m", "preference", 12, {"B5": b5, "B0": b0})
+    t = doc["tests"]["B0"]
+    assert t["mcnemar_any_leak_p"] == 1.0  # no leak either way
+    assert t["mcnemar_leak_at_probes_p"] == t["mcnemar_avoid_p"] == mcnemar_exact([1.0] * 12, [0.0] * 12) < 0.001
+    tab = next(x for x in audit_tabs(doc) if x.title == "Paired tests against B5")
+    assert tab.columns == ("method", "McNemar any-leak p", "McNemar Leak@probes p", "McNemar avoid p",
+                           "Wilcoxon KL p", "TOST (B7)")
+    memory = summarize("m", "memory", 12, {"B5": [_row(0.0)] * 12, "B0": [_row(0.0)] * 12})
+    assert "mcnemar_avoid_p" not in memory["tests"]["B0"]
+    for x in memory["tests"].values():  # as an older result has it
+        x.pop("mcnemar_leak_at_probes_p")
+    tab = next(x for x in audit_tabs(memory) if x.title == "Paired tests against B5")
+    assert tab.columns == ("method", "McNemar any-leak p", "Wilcoxon KL p", "TOST (B7)")
 
 
 def test_a_long_preference_audit_audits_distinct_episodes():

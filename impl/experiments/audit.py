@@ -628,9 +628,15 @@ def by_group(rows: dict, cases: list[dict]) -> dict:
     out: dict = {}
     for g in sorted(set(groups) - {None}):
         idx = [i for i, x in enumerate(groups) if x == g]
-        out[g] = {"n": len(idx), "methods": {m: {k: _mean([rs[i][k] for i in idx]) for k in GROUP_KEYS}
-                                             for m, rs in rows.items()}}
+        methods = {m: {k: _mean([rs[i][k] for i in idx]) for k in GROUP_KEYS} for m, rs in rows.items()}
+        out[g] = {"n": len(idx), "methods": methods, "floor_flags": group_flags(methods)}
     return out
+
+
+def group_flags(methods: dict) -> list[str]:
+    """The GROUP_KEYS on which B5 scores above zero within one group (a floor the whole-suite
+    mean can hide, or show where a group has none)."""
+    return [k for k in GROUP_KEYS if (methods.get("B5") or {}).get(k)]
 
 
 def summarize(model: str, suite: str, n: int, rows: dict, cases: list[dict] | None = None) -> dict:
@@ -652,8 +658,13 @@ def summarize(model: str, suite: str, n: int, rows: dict, cases: list[dict] | No
         ref = rows["B5"]
         tests[m] = {
             "mcnemar_any_leak_p": mcnemar_exact([r["any_leak"] for r in rs], [r["any_leak"] for r in ref]),
+            "mcnemar_leak_at_probes_p": mcnemar_exact([r["leak_at_probes"] for r in rs],
+                                                      [r["leak_at_probes"] for r in ref]),
             "wilcoxon_kl_p": wilcoxon([r["divergence_kl"] for r in rs], [r["divergence_kl"] for r in ref]),
         }
+        if any(r.get("avoid_rate") is not None for r in rs):  # a preference suite: the choice, paired
+            tests[m]["mcnemar_avoid_p"] = mcnemar_exact([r.get("avoid_rate") for r in rs],
+                                                        [r.get("avoid_rate") for r in ref])
         if m == "B7":
             tests[m]["tost_kl"] = tost([r["divergence_kl"] for r in rs], [r["divergence_kl"] for r in ref], TOST_MARGIN_NATS)
             same = ("transitions", "leak_at_5_independent")  # independent draws differ by design

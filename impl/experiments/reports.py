@@ -115,22 +115,49 @@ def audit_tabs(doc: dict) -> list[Tab]:
     probes = list(next(iter(doc["methods"].values()))["probes"])
     tabs.append(_metric_tab(doc, "Leak per probe", probes, lambda d, c: d["probes"][c],
                             [f"probes.{p}" for p in probes], True))
-    t = Tab("Paired tests against B5", ("method", "McNemar any-leak p", "Wilcoxon KL p", "TOST (B7)"))
-    for m, x in doc["tests"].items():
+    tests = doc["tests"]
+    cols = [(key, head) for key, head in PAIRED_TESTS if any(key in x for x in tests.values())]
+    t = Tab("Paired tests against B5", ("method", *(head for _, head in cols), "TOST (B7)"))
+    for m, x in tests.items():
         tost = "" if "tost_kl" not in x else (f"equivalent={x['tost_kl']['equivalent']} (margin "
                                              f"{x['tost_kl']['margin']} nats, p={fmt(x['tost_kl']['p'])})")
-        t.add(m, x["mcnemar_any_leak_p"], x["wilcoxon_kl_p"], tost)
+        t.add(m, *(x.get(key) for key, _ in cols), tost)
     tabs.append(t)
     groups = doc.get("by_group") or {}
     if groups:
+        flags = {k: _group_flags(v) for k, v in groups.items()}
         g = Tab("Leak by group: any_leak / Leak@probes (episodes)",
-                ("method", *(f"{k} ({v['n']})" for k, v in groups.items())))
+                ("method", *(f"{k} ({v['n']}){' ' + FLAG if flags[k] else ''}" for k, v in groups.items())))
         for m in doc["methods"]:
             g.add("B5 (floor)" if m == "B5" else m,
                   *(f"{fmt(v['methods'][m]['any_leak'])} / {fmt(v['methods'][m]['leak_at_probes'])}"
                     for v in groups.values()))
+        g.notes = [f"{FLAG} non-zero floor in group {k}: B5 scores "
+                   + ", ".join(f"{key} = {fmt(groups[k]['methods']['B5'][key])}" for key in f)
+                   + "; read that group against B5, not against 0." for k, f in flags.items() if f]
         tabs.append(g)
     return tabs
+
+
+# The paired tests' columns, where a result has them (older results have the first and the last).
+PAIRED_TESTS = (("mcnemar_any_leak_p", "McNemar any-leak p"), ("mcnemar_leak_at_probes_p", "McNemar Leak@probes p"),
+                ("mcnemar_avoid_p", "McNemar avoid p"), ("wilcoxon_kl_p", "Wilcoxon KL p"))
+
+
+def _group_flags(group: dict) -> list[str]:
+    """A group's non-zero floors: as its result records them, or read off B5's row (older results)."""
+    if "floor_flags" in group:
+        return group["floor_flags"]
+    b5 = group["methods"].get("B5") or {}
+    return [k for k in ("any_leak", "leak_at_probes") if b5.get(k)]
+
+
+def audit_identity_line(doc: dict) -> str:
+    """Whether B7's episodes equal B5's cell for cell. Two columns are left out by design: the
+    independent Leak@5 samples (each method draws its own) and the transitions (B5 replays all)."""
+    same = doc["tests"].get("B7", {}).get("identical_to_B5")
+    return (f"B7 identical to B5 in every episode and cell but leak_at_5_independent and transitions "
+            f"(which differ by design): {'–' if same is None else same}")
 
 
 def audit_floor_line(doc: dict) -> str:
@@ -147,6 +174,7 @@ def audit_markdown(doc: dict) -> str:
         items.append(tab)
         if tab.title == "Leak per probe":
             items.append(audit_floor_line(doc))
+            items.append(audit_identity_line(doc))
     return report_markdown(f"unsee audit: {doc['suite']}, n={doc['n']}, model {doc['model']}", items)
 
 
