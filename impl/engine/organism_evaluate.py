@@ -199,15 +199,23 @@ def _pct(x) -> str:
     return "–" if x is None else f"{100 * x:.0f}%"
 
 
+TRAINING_BUDGET_MIN = 60  # what training an organism may take on this 2-core machine, all runs together
+
+
 def status(h: dict) -> list[str]:
-    """What it does reliably (≥ 80 %), partly, and not (< 20 %), from the held-out rates."""
-    rated = {f"recall of {k} values": v["rate"] for k, v in h.get("by_kind", {}).items() if v["n"] >= 5}
-    rated |= {CATEGORIES[c]: r for c, r in h["rates"].items() if r is not None and h["counts"][c][1] >= 5 and c != "exact"}
+    """What it does reliably (≥ 80 %), partly, and not (< 20 %), from the held-out rates, each
+    with its count of decodes; a capability with fewer than 5 decodes is listed as too few to say."""
+    rated = {f"recall of {k} values": (v["rate"], v["n"]) for k, v in h.get("by_kind", {}).items()}
+    rated |= {CATEGORIES[c]: (r, h["counts"][c][1]) for c, r in h["rates"].items() if c != "exact"}
+    few = {k: (r, n) for k, (r, n) in rated.items() if r is None or n < 5}
     out = []
     for label, test in (("does", lambda r: r >= 0.8), ("partly", lambda r: 0.2 <= r < 0.8), ("does not", lambda r: r < 0.2)):
-        names = [f"{k} ({_pct(r)})" for k, r in rated.items() if test(r)]
+        names = [f"{k} ({_pct(r)} of {n})" for k, (r, n) in rated.items() if k not in few and test(r)]
         if names:
             out.append(f"- {label}: " + "; ".join(names) + ".")
+    if few:
+        out.append("- too few decodes to say (under 5): " + "; ".join(
+            f"{k} ({'–' if r is None else _pct(r)} of {n})" for k, (r, n) in few.items()) + ".")
     return out
 
 
@@ -278,7 +286,9 @@ def card(doc: dict, training: dict, name: str = NAME) -> str:
                      f"{ph.get('seconds', 0) / 60:.1f} min, final loss {ph.get('final_loss', 0):.3f}"
                      + (" (stopped early by its time budget)" if ph.get("stopped_early") else "") + ".")
     lines += [
-        f"- In all {total / 60:.1f} min on one CPU thread (torch {phases[-1].get('torch')}) of a shared 2-core machine.",
+        f"- In all {total / 60:.1f} min on one CPU thread (torch {phases[-1].get('torch')}) of a shared 2-core machine"
+        + (f", over the {TRAINING_BUDGET_MIN}-minute budget for training an organism here." if total / 60 > TRAINING_BUDGET_MIN
+           else f", within the {TRAINING_BUDGET_MIN}-minute budget for training an organism here."),
         "- Deterministic: fixed seeds, `torch.use_deterministic_algorithms(True)`, one thread, episodes by index.",
         "- Data (`unsee.impl.engine.organism_data`): synthetic sessions run through the runtime's own transition",
         "  `step` with a scripted model, so each training sequence is token for token a context the runtime",
