@@ -147,6 +147,31 @@ def test_an_audit_on_the_organism_sees_the_leak_that_b7_removes(tmp_path):
     assert "recall-tiny" in md.read_text()
 
 
+def test_an_audit_on_the_second_organism_sees_the_leak_through_the_context_and_free_text(tmp_path):
+    """The paper's memory ordering on one episode the organism recalls (memory-preference-5):
+    B0 leaks the fact; B3 redacts the record but keeps the context derived from it, and leaks
+    alike; B8, whose sink policy guards tool calls only, leaks it in free text; B7 equals B5, at
+    the floor."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from unsee.impl.cli import app
+
+    path = tmp_path / "a.json"
+    res = CliRunner().invoke(app, ["audit", "--model", "recall-tiny-2", "--suite", "memory", "--n", "1", "--seed", "5",
+                                   "--methods", "B0,B3,B8,B7", "--json", str(path)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(path.read_text())
+    assert [c["name"] for c in doc["cases"]] == ["memory-preference-5"] and doc["cases"][0]["valid"]
+    m = doc["methods"]
+    assert m["B0"]["exact_leak"] == m["B0"]["leak_at_probes"] == 1.0
+    assert m["B3"]["exact_leak"] == m["B3"]["leak_at_probes"] == 1.0
+    assert m["B8"]["action_leak"] == 0.0 and m["B8"]["exact_leak"] == m["B8"]["leak_at_probes"] == 1.0
+    assert m["B7"]["any_leak"] == m["B7"]["leak_at_probes"] == m["B5"]["any_leak"] == 0.0
+    assert doc["tests"]["B7"]["identical_to_B5"] is True and m["B7"]["divergence_kl"] == 0.0 < m["B0"]["divergence_kl"]
+
+
 def test_the_copy_probe_tells_copying_from_memory():
     """recall-tiny repeats a colour (a value it learnt) but not an IBAN drawn afresh (it never
     formed the copy circuit): the probe scores both, greedy and seeded, so the same each run."""
