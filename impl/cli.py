@@ -409,7 +409,8 @@ def audit(suite: str = typer.Option("memory", help="agentdojo | agentdojo:<suite
                                    "exact either way, but the two kernels' bits differ)."),
           journal: Optional[Path] = typer.Option(None, help="Append each finished episode to this JSON-lines "
                                                  "file; the same command run again reuses the episodes it "
-                                                 "holds and runs the rest.")) -> None:
+                                                 "holds and runs the rest. The episodes' rows are then there, "
+                                                 "not in --json.")) -> None:
     """Apply B0–B9 to the same contaminated states and audit each against B5."""
     from unsee.impl.experiments.audit import run_audit
     from unsee.impl.experiments.baselines import METHODS
@@ -453,6 +454,8 @@ def audit(suite: str = typer.Option("memory", help="agentdojo | agentdojo:<suite
     reused = f", {r['episodes_from_journal']} from {journal}" if r["episodes_from_journal"] else ""
     out.print(f"{r['episodes_run']} episodes run in {r['seconds']} s{reused} ({r['episodes_per_hour'] or '–'} episodes/hour; "
               f"{'Ray' if ray else f'{workers} worker(s)'}, {decode} decode, {attn} attention)")
+    if journal is not None:  # the journal holds every episode's row: the JSON keeps the summary (949 pairs: ~7 MB of rows)
+        doc = {**{k: v for k, v in doc.items() if k != "per_episode"}, "per_episode_in": str(journal)}
     _write_json(doc, json_path)
     if markdown is not None:
         markdown.write_text(audit_markdown(doc))

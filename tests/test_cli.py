@@ -47,6 +47,8 @@ def test_off_a_terminal_long_commands_print_progress_lines(tmp_path):
     lines = [x for x in first.stderr.splitlines() if x.startswith("audit memory-")]
     assert len(lines) >= 2 and all(x.endswith(" s)") for x in lines[:2])
     assert "1/2" in lines[0] and "2/2" in lines[1] and "journal" not in lines[0]
-    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    again = subprocess.run(cmd + ["--json", str(tmp_path / "a.json")], capture_output=True, text=True, timeout=600)
     assert "audit memory-address-0 (from the journal) 1/2" in again.stderr
     assert "0 episodes run" in again.stdout
+    doc = json.loads((tmp_path / "a.json").read_text())  # the rows are the journal's, the JSON the summary
+    assert "per_episode" not in doc and doc["per_episode_in"] == str(tmp_path / "j.jsonl") and doc["methods"]["B7"]
