@@ -148,8 +148,9 @@ def _group_flags(group: dict) -> list[str]:
     """A group's non-zero floors: as its result records them, or read off B5's row (older results)."""
     if "floor_flags" in group:
         return group["floor_flags"]
-    b5 = group["methods"].get("B5") or {}
-    return [k for k in ("any_leak", "leak_at_probes") if b5.get(k)]
+    from unsee.impl.experiments.audit import group_flags  # what `by_group` records in newer results
+
+    return group_flags(group["methods"])
 
 
 def audit_identity_line(doc: dict) -> str:
