@@ -8,8 +8,8 @@ import torch
 
 from unsee.impl.engine import kv as K
 from unsee.impl.engine.runtime import KVRuntime
-from unsee.impl.experiments.audit import (LEAK_TEMPERATURE, audit_episode, own_memo, probe_prompts, run_audit,
-                                          sample_draws)
+from unsee.impl.experiments.audit import (LEAK_TEMPERATURE, audit_episode, continue_task, own_memo, probe_prompts,
+                                          run_audit, sample_draws)
 from unsee.impl.experiments.baselines import apply
 from unsee.impl.experiments.cases import memory_case
 from unsee.model import Config
@@ -91,6 +91,56 @@ def test_batched_decode_matches_one_at_a_time(contaminated, monkeypatch):
     assert len(eng.decode_rows(prompts, 0)[0]) == b
 
 
+@pytest.mark.parametrize("heads,kv_heads,q", [(6, 3, 1), (4, 4, 1), (8, 2, 3)])
+def test_shared_prefix_attention_is_attention_over_the_whole_row(heads, kv_heads, q):
+    """Against SDPA over each row's own copy of the context followed by its own positions, with
+    the padding masked: the same attention up to float32 rounding, for grouped and plain heads."""
+    g = torch.Generator().manual_seed(heads * 10 + q)
+    b, c, s, d = 5, 37, 9, 16
+    query = torch.randn(b, heads, q, d, generator=g)
+    kp, vp = torch.randn(1, kv_heads, c, d, generator=g), torch.randn(1, kv_heads, c, d, generator=g)
+    key, value = torch.randn(b, kv_heads, s, d, generator=g), torch.randn(b, kv_heads, s, d, generator=g)
+    mask = torch.rand(b, 1, q, s, generator=g) > 0.3
+    mask[..., -1] = True  # every row attends to its last position (its newest token)
+
+    class Layer(torch.nn.Module):
+        layer_idx = 0
+    token = K._SHARED_PREFIX.set({0: (kp, vp)})
+    try:
+        out, _ = K.shared_prefix_attention(Layer(), query, key, value, mask, scaling=d ** -0.5)
+    finally:
+        K._SHARED_PREFIX.reset(token)
+    full_k = torch.cat([kp.expand(b, -1, -1, -1), key], 2).repeat_interleave(heads // kv_heads, 1)
+    full_v = torch.cat([vp.expand(b, -1, -1, -1), value], 2).repeat_interleave(heads // kv_heads, 1)
+    full_mask = torch.cat([torch.ones(b, 1, q, c, dtype=torch.bool), mask], -1)
+    want = torch.nn.functional.scaled_dot_product_attention(query, full_k, full_v, attn_mask=full_mask)
+    assert out.shape == (b, q, heads, d)
+    assert torch.allclose(out, want.transpose(1, 2), rtol=0, atol=1e-5)
+    assert not torch.allclose(out, torch.nn.functional.scaled_dot_product_attention(  # the mask matters
+        query, full_k, full_v).transpose(1, 2), rtol=0, atol=1e-3)
+
+
+def test_the_batched_decode_restores_the_attention_kernel(contaminated):
+    live, case = contaminated
+    eng = live.model.engine
+    before = eng.model.config._attn_implementation
+    prompts, draws = _rows(live, case)
+    eng.decode_rows(prompts, N, draws, LEAK_TEMPERATURE)
+    assert eng.model.config._attn_implementation == before
+    assert K._SHARED_PREFIX.get(None) is None
+
+
+@pytest.mark.parametrize("extra", [{"layer_types": ["full_attention", "sliding_attention"]},
+                                   {"use_sliding_window": True, "sliding_window": 64},
+                                   {"attn_logit_softcapping": 50.0}], ids=["layer-types", "window", "softcap"])
+def test_the_batched_decode_refuses_attention_it_does_not_compute(extra):
+    from types import SimpleNamespace
+
+    K.check_shared_prefix(SimpleNamespace(config=SimpleNamespace(model_type="llama")))
+    with pytest.raises(K.ExactnessError, match="full attention only"):
+        K.check_shared_prefix(SimpleNamespace(config=SimpleNamespace(model_type="x", **extra)))
+
+
 class _Concatenating:
     """The batch cache's update as it was before in-place writes: grow by concatenation."""
 
@@ -148,6 +198,38 @@ def test_batched_and_serial_audits_agree(contaminated):
     methods = ["B0", "B3", "B7", "B8", "B9"]
     assert audit_episode(live, case, methods, n_tokens=N, seed=1, batch=True) == \
         audit_episode(live, case, methods, n_tokens=N, seed=1, batch=False)
+
+
+def test_b5_replies_as_drafts_change_no_row_and_save_decoding(contaminated, monkeypatch):
+    """Every method's continuation gets B5's replies as drafts. Each reply is still the method's
+    own fixed point, so every row is the same as without them; B7's replies are B5's, so its
+    continuation is checked instead of decoded."""
+    live, case = contaminated
+    decoded = []
+    real = K.KVEngine.decode
+
+    def counting(self, n, draws=None, temperature=1.0):
+        decoded.append(n)
+        return real(self, n, draws, temperature)
+    monkeypatch.setattr(K.KVEngine, "decode", counting)
+    methods = ["B0", "B3", "B7", "B8", "B9"]
+    counts = {}
+    for hints in (False, True):
+        decoded.clear()
+        rows = audit_episode(live, case, methods, n_tokens=N, seed=1, hints=hints)
+        counts[hints] = sum(decoded)
+        if not hints:
+            plain = rows
+    assert rows == plain
+    b5, b7 = (apply(m, live, case.sources, case.texts)[0] for m in ("B5", "B7"))
+    drafts5, drafts7 = [], []
+    decoded.clear()
+    cont5 = continue_task(b5, N, case.sources, drafts=drafts5)
+    decoded5, decoded[:] = sum(decoded), []
+    cont7 = continue_task(b7, N, case.sources, hints=drafts5, drafts=drafts7)
+    assert cont7 == cont5 and drafts7 == drafts5 and len(drafts5) == 2
+    assert decoded5 > 0 and sum(decoded) == 0  # B7's replies are B5's: all checked, none decoded
+    assert counts[True] < counts[False]
 
 
 def test_an_episode_detokenizes_with_its_own_memo():

@@ -10,6 +10,7 @@ are the reference's, and only θ differs.
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import hashlib
 import os
@@ -17,7 +18,7 @@ import time
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache
+from transformers import AttentionInterface, DynamicCache
 
 from unsee.impl.engine.pages import PageKeys, page_layout
 from unsee.model.session import UnseeError
@@ -129,11 +130,13 @@ class KVEngine:
 
         Each distinct prompt is prefilled once, at batch size 1 and on the same cache, so its
         next-token logits are `probe`'s bit for bit. Then every row is decoded together, one
-        forward of batch size B per token, with per-row positions and a padding mask over the
-        prompt region (rows' prompts differ in length). The decode forwards have another shape
-        than B separate ones, so their bits may differ from a one-at-a-time decode; two
-        bit-identical caches give bit-identical rows under the same prompts and draws. Rows go in
-        batches whose cache stays under `max_bytes` (a long context holds fewer rows at once).
+        forward of batch size B per token. The rows share this cache's c tokens, so the batch
+        keeps them once: each step's attention reads the shared keys and values once for all
+        rows (`shared_prefix_attention`) and each row's own prompt and decoded tokens from a
+        small per-row buffer, with a padding mask there (rows' prompts differ in length). These
+        forwards have another shape than B separate ones, so their bits may differ from a
+        one-at-a-time decode; two bit-identical caches give bit-identical rows under the same
+        prompts and draws. Rows go in batches whose per-row buffers stay under `max_bytes`.
         Returns (tokens per row, {prompt tuple: next-token logits [V] after it})."""
         prompts = [tuple(int(t) for t in p) for p in prompts]
         draws = [None] * len(prompts) if draws is None else list(draws)
@@ -157,13 +160,14 @@ class KVEngine:
         if n == 0:
             work.release()
             return [() for _ in prompts], first
+        check_shared_prefix(self.model)
         layers = [layer for layer in work.cache.layers
                   if getattr(layer, "is_initialized", False) and layer.keys is not None]
         context = [(layer.keys[..., :c, :], layer.values[..., :c, :]) for layer in layers]
         width = max(len(p) for p in prompts)
-        per_row = sum(2 * k.shape[1] * k.shape[3] * k.element_size() for k, _ in context) * (c + width + n)
+        per_row = sum(2 * k.shape[1] * k.shape[3] * k.element_size() for k, _ in context) * (width + n)
         size = max(1, min(len(prompts), max_bytes // max(per_row, 1)))  # rows per batch: a function of the
-        out: list = []  # cache's length and the prompts only, so two equal caches batch the same way
+        out: list = []  # prompts only, so two equal caches batch the same way
         try:
             for lo in range(0, len(prompts), size):
                 out += self._decode_batch(work, layers, context, c, prompts[lo:lo + size], draws[lo:lo + size],
@@ -179,40 +183,47 @@ class KVEngine:
         return out, first
 
     def _decode_batch(self, work, layers, context, c, prompts, draws, tails, first, n, temperature):
-        """`decode_rows` for one batch of rows, in `work`'s cache layers (left holding the batch)."""
+        """`decode_rows` for one batch of rows: `work`'s cache layers hold the rows' own tokens
+        (prompt, padding, decoded) while the shared context stays in `context`, once."""
         b, width = len(prompts), max(len(p) for p in prompts)
         lengths = torch.tensor([len(p) for p in prompts], device=self.device)
         buffers = []
+        model, config = self.model, self.model.config
+        impl = config._attn_implementation
+        token = _SHARED_PREFIX.set({i: kv for i, kv in enumerate(context)})
         try:
             for i, layer in enumerate(layers):
                 batched = []
                 for t in context[i]:  # room for the n − 1 decode forwards: each writes its row in place
-                    x = t.new_zeros((b, t.shape[1], c + width + n - 1, t.shape[3]))
-                    x[:, :, :c] = t
-                    batched.append(x)
+                    batched.append(t.new_zeros((b, t.shape[1], width + n - 1, t.shape[3])))
                 for r, p in enumerate(prompts):
                     if tails[p] is not None:
-                        batched[0][r, :, c:c + len(p)] = tails[p][i][0][0]
-                        batched[1][r, :, c:c + len(p)] = tails[p][i][1][0]
+                        batched[0][r, :, :len(p)] = tails[p][i][0][0]
+                        batched[1][r, :, :len(p)] = tails[p][i][1][0]
                 buffers.append(batched)
-                layer.keys, layer.values = batched[0][:, :, :c + width], batched[1][:, :, :c + width]
+                layer.keys, layer.values = batched[0][:, :, :width], batched[1][:, :, :width]
                 layer.update = _InPlace(layer, *batched)  # instead of growing the batch's cache by concatenation
-            mask = (torch.arange(c + width, device=self.device)[None, :] < (c + lengths)[:, None]).long()  # [B, c+w]
+            # [B, 1, 1, w + n − 1]: a row attends to its prompt and to every decoded token (4-D, so the
+            # model passes it through as it is; the shared context needs no mask)
+            span = torch.arange(width + n - 1, device=self.device)[None, :]
+            mask = ((span < lengths[:, None]) | (span >= width))[:, None, None, :]
             positions = (c + lengths)[:, None]  # [B, 1]: where each row's first decoded token sits
             logits = torch.stack([first[p] for p in prompts])  # [B, V]
             out: list[list[int]] = [[] for _ in prompts]
+            config._attn_implementation = SHARED_PREFIX
             for j in range(n):
                 for r in range(b):
                     out[r].append(self.choose(logits[r], None if draws[r] is None else draws[r][j], temperature))
                 if j == n - 1:
                     break  # the last token's logits are never read
-                mask = torch.cat([mask, mask.new_ones((b, 1))], dim=1)
                 ids = torch.tensor([[row[-1]] for row in out], dtype=torch.long, device=self.device)
-                res = self.model(input_ids=ids, attention_mask=mask, position_ids=positions + j,
-                                 cache=work.cache, use_cache=True)
+                res = model(input_ids=ids, attention_mask=mask[..., :width + j + 1], position_ids=positions + j,
+                            cache=work.cache, use_cache=True)
                 logits = res.logits[:, -1].float()
                 work.forwards += 1
-        finally:  # on an error too: no layer keeps the in-place update, no buffer keeps its rows
+        finally:  # on an error too: the kernel restored, no layer keeps the in-place update, no buffer its rows
+            config._attn_implementation = impl
+            _SHARED_PREFIX.reset(token)
             for layer, (k, v) in zip(layers, buffers):
                 layer.__dict__.pop("update", None)
                 k.zero_()
@@ -409,6 +420,52 @@ def row_independence(engine: KVEngine, context: int = 24, block: int = 16) -> tu
             "is reused (skipping refused)")
     _ROWS_CHECKED[key] = (holds, note)
     return holds, note
+
+
+SHARED_PREFIX = "unsee_shared_prefix"
+_SHARED_PREFIX: contextvars.ContextVar = contextvars.ContextVar("unsee_shared_prefix")
+
+
+def shared_prefix_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None, **kwargs):
+    """Attention for `decode_rows`: B rows that share one context of c positions.
+
+    query [B, H, q, D]; key, value [B, Hkv, S, D]: each row's own positions (prompt, padding,
+    decoded tokens); attention_mask [B, 1, q or 1, S], True where a row attends. The shared
+    context's keys and values, [1, Hkv, c, D], come from the batch (`_SHARED_PREFIX`, by layer)
+    and are read once for every row: the rows' queries of one key head are the rows of one
+    matmul against them. Scores of both parts go through one softmax (in float32, as eager
+    attention does), so the result is attention over the c + S positions. Query head h reads
+    key head h // (H / Hkv), as `repeat_kv` pairs them."""
+    kp, vp = _SHARED_PREFIX.get()[module.layer_idx]
+    b, h, q, d = query.shape
+    hkv, s, c = key.shape[1], key.shape[2], kp.shape[2]
+    rows = h // hkv * q
+    scale = d ** -0.5 if scaling is None else scaling
+    qg = query.reshape(b, hkv, rows, d)  # [B, Hkv, g·q, D]
+    shared = torch.matmul(qg.transpose(0, 1).reshape(hkv, b * rows, d), kp[0].transpose(-1, -2))  # [Hkv, B·g·q, c]
+    shared = shared.reshape(hkv, b, rows, c).transpose(0, 1)
+    own = torch.matmul(qg, key.transpose(-1, -2))  # [B, Hkv, g·q, S]
+    if attention_mask is not None:
+        allowed = attention_mask.bool().expand(b, 1, -1, s)  # [B, 1, q or 1, S]; row g·q + i is query i
+        own = own.masked_fill(~(allowed.repeat(1, 1, h // hkv, 1) if allowed.shape[2] > 1 else allowed), float("-inf"))
+    probs = torch.softmax(torch.cat([shared, own], dim=-1).float() * scale, dim=-1).to(query.dtype)
+    out = torch.matmul(probs[..., :c].transpose(0, 1).reshape(hkv, b * rows, c), vp[0])
+    out = out.reshape(hkv, b, rows, d).transpose(0, 1) + torch.matmul(probs[..., c:], value)
+    return out.reshape(b, h, q, d).transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(SHARED_PREFIX, shared_prefix_attention)
+
+
+def check_shared_prefix(model) -> None:
+    """`decode_rows` attends to every position of the shared context: a model whose layers
+    mask it otherwise (sliding windows) or reshape scores (soft-capping) needs another kernel."""
+    cfg = model.config
+    kinds = set(getattr(cfg, "layer_types", None) or ["full_attention"])
+    sliding = getattr(cfg, "use_sliding_window", False) and getattr(cfg, "sliding_window", None)
+    if kinds != {"full_attention"} or sliding or getattr(cfg, "attn_logit_softcapping", None):
+        raise ExactnessError(f"decode_rows: {cfg.model_type} has attention other than full attention "
+                             f"({sorted(kinds)}, sliding window {sliding or None}); the batched decode supports full attention only")
 
 
 class _InPlace:
