@@ -36,8 +36,10 @@ class ReferenceRuntime:
         # a session always runs on this runtime's θ and cache, even when it came from elsewhere
         self._session = s if s.lm is self.model else replace(s, lm=self.model)
 
-    def step(self, obs: Observation) -> None:
-        self.session, _ = append(self.session, obs, self._meter)
+    def step(self, obs: Observation, hints=None) -> None:
+        """One transition. `hints`: replies to try as drafts (`unsee.model.state.step`); the
+        result is the same with or without them, only the decoding it takes differs."""
+        self.session, _ = append(self.session, obs, self._meter, hints=hints)
 
     def forget(self, sources, method: str = "B7", checkpoint: int | None = None) -> Receipt:
         if method == "B7":

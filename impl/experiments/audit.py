@@ -138,18 +138,28 @@ def divergence_of(lps, ref_lps) -> tuple[float, float]:
     return kl / len(lps), tv / len(lps)
 
 
-def continue_task(rt, n: int, sources):
+def continue_task(rt, n: int, sources, hints=None, drafts: list | None = None):
     """The task continuation after a method: (answer, tool arguments, memory write-back, plans,
-    whether the plan derives from the target). No sink policy applied yet."""
+    whether the plan derives from the target). No sink policy applied yet.
+
+    hints: another continuation's replies (its `drafts`), tried as drafts: each reply is still
+    this state's own fixed point (`KVEngine.fixed_point`), so the result does not depend on
+    them; where they are this state's replies too, they are checked instead of decoded.
+    drafts: None, or a list this call appends its two transitions' replies to."""
+    hints = hints or ((), ())
     branch = rt.branch()
-    branch.step(Observation("user", (Part("audit-task", CONTINUATION),), reply=n, tool="send"))
+    branch.step(Observation("user", (Part("audit-task", CONTINUATION),), reply=n, tool="send"), hints=hints[0])
+    if drafts is not None:
+        drafts.append(branch.session.state.outputs)
     st, tmpl = branch.session.state, branch.model.template
     spans = [a.token_span for a in st.artifacts if a.turn == st.turn and a.type == "reply"]
     answer = " ".join(tmpl.detokenize(st.tokens[i:j]) for i, j in spans)
     args = " | ".join(tmpl.detokenize(c.args) for c in st.plan)
     plans = [c.args for c in st.plan]
     tainted = tainted_plan(branch, sources)
-    branch.step(Observation("user", (Part("audit-notes", NOTES),), compact=True))
+    branch.step(Observation("user", (Part("audit-notes", NOTES),), compact=True), hints=hints[1])
+    if drafts is not None:
+        drafts.append(branch.session.state.outputs)
     writeback = tmpl.detokenize(branch.session.state.summary or ())
     branch.model.engine.release()
     return answer, args, writeback, plans, tainted
@@ -185,10 +195,12 @@ def audit_prompts(case: Case) -> list[str]:
 
 
 def audit_episode(live, case: Case, methods, n_tokens: int = 24, seed: int = 0, batch: bool = True,
-                  choice=None):
+                  choice=None, hints: bool = True):
     """Apply each method to a branch of `live` and audit it; B5 is always included.
 
     batch: decode each method's probes and Leak@5 samples as one batch (False: one at a time).
+    hints: B5's continuation replies are the drafts of every other method's continuation (the
+    same result, checked instead of decoded where a method's replies are B5's; False: none).
     choice: (question, excluded, other) of a preference case, for the avoid-rate.
     A case without a valid needle gets None for every leak value."""
     states, conts, shared = {}, {}, {}  # per state: (runtime, receipt), continuation, probe texts and log-probs
@@ -199,13 +211,15 @@ def audit_episode(live, case: Case, methods, n_tokens: int = 24, seed: int = 0, 
     prompts = probe_prompts(case)
     valid = case.valid
     leak = (lambda x: float(x)) if valid else (lambda x: None)  # noqa: E731
-    ref_plans = sink_policy("B5", conts.setdefault("B5", continue_task(states["B5"][0], n_tokens, case.sources)))[3]
+    drafts: list | None = [] if hints else None
+    ref_plans = sink_policy("B5", conts.setdefault("B5", continue_task(states["B5"][0], n_tokens, case.sources,
+                                                                       drafts=drafts)))[3]
     out, ref_lps = {}, None
     for m in dict.fromkeys(("B5",) + tuple(methods)):
         key = SAME_STATE.get(m, m)
         rt, receipt = states[key]
         if key not in conts:
-            conts[key] = continue_task(rt, n_tokens, case.sources)
+            conts[key] = continue_task(rt, n_tokens, case.sources, hints=drafts)
         answer, args, wb, plans = sink_policy(m, conts[key])
         exact = leaks(answer, case.needles) or leaks(wb, case.needles) or leaks(args, case.needles)
         action = leaks(args, case.needles)
