@@ -137,6 +137,8 @@ class KVEngine:
         forwards have another shape than B separate ones, so their bits may differ from a
         one-at-a-time decode; two bit-identical caches give bit-identical rows under the same
         prompts and draws. Rows go in batches whose per-row buffers stay under `max_bytes`.
+        The model's attention kernel is switched for the batch and restored after it, so one
+        model runs one batched decode at a time (engines share a model within a thread).
         Returns (tokens per row, {prompt tuple: next-token logits [V] after it})."""
         prompts = [tuple(int(t) for t in p) for p in prompts]
         draws = [None] * len(prompts) if draws is None else list(draws)
