@@ -175,8 +175,8 @@ class KVEngine:
                 out += self._decode_batch(work, layers, context, c, prompts[lo:lo + size], draws[lo:lo + size],
                                           tails, first, n, temperature)
         finally:  # on an error too: the prompts' rows are zeroed and the copy released
-            for layer in layers:
-                layer.keys, layer.values = context[layers.index(layer)]
+            for layer, kv in zip(layers, context):
+                layer.keys, layer.values = kv
             for tail in tails.values():
                 for k, v in tail or ():
                     k.zero_()
@@ -192,7 +192,8 @@ class KVEngine:
         buffers = []
         model, config = self.model, self.model.config
         impl = config._attn_implementation
-        token = _SHARED_PREFIX.set({i: kv for i, kv in enumerate(context)})
+        index = {id(layer): i for i, layer in enumerate(work.cache.layers)}  # the model's layer_idx
+        token = _SHARED_PREFIX.set({index[id(layer)]: kv for layer, kv in zip(layers, context)})
         try:
             for i, layer in enumerate(layers):
                 batched = []
