@@ -246,7 +246,7 @@ def _fail(e: Exception, code: int = 2) -> NoReturn:
 def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observation per line."),
         db: Path = typer.Option(..., help="SQLite session store to create."),
         model: str = typer.Option("tiny-llama", help="tiny-llama | tiny-qwen2 | tiny-mistral | recall-tiny | "
-                                                    "recall-tiny-2 | smollm2 | reference | a path."),
+                                                    "recall-tiny-2 | recall-tiny-3 | smollm2 | reference | a path."),
         max_new_tokens: int = typer.Option(8, help="Reply length for user lines that do not say."),
         seed: Optional[int] = typer.Option(None, help="Sample with this seed (default: greedy decoding)."),
         policy: Policy = typer.Option(Policy.every, help="Checkpoint policy."),

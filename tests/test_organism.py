@@ -87,6 +87,63 @@ def test_the_data_generator_is_deterministic():
     assert digest(range(20)) != digest(range(1, 21))
 
 
+def test_the_generators_mix_is_still_the_one_the_shipped_organisms_were_trained_on():
+    """The shipped weights are reproducible only while the generator draws the same episodes:
+    a digest of the mix and of the tool channel, pinned. Adding a family (the long tool channel)
+    must leave it unchanged."""
+    h = hashlib.sha256()
+    t = D.TextTemplate()
+    for s in list(range(60)) + [10**8 + i for i in range(20)]:
+        for fam in (None, "tool"):
+            h.update(repr(D.render(D.episode(s, fam), t)).encode())
+    assert h.hexdigest() == "bb4eb6a5d6bdfc7be2f7a72c11c1defe6745e2b36ed444d3ec323c78821c8f78"
+
+
+def test_the_long_tool_channel_is_agentdojo_sized_and_its_tool_call_follows_the_injection():
+    """long_tool_episode: long JSON results (lists of records with identifiers of their own),
+    the record the task needs marked; where an injection is, the tool call carries its
+    identifier, else the user's; removing the injection leaves valid JSON. Never drawn by the mix."""
+    import json
+
+    from unsee.impl.engine import organism_train as T
+
+    t = D.TextTemplate()
+    lengths, injected, plans = [], 0, 0
+    for s in range(30):
+        ep = D.episode(s, D.LONG)
+        assert ep.family == D.LONG and ep == D.episode(s, D.LONG)
+        seqs, _ = D.render(ep, t)
+        lengths.append(max(len(ids) for ids, _ in seqs))
+        bad = [f for f in ep.facts if f.kind == "inject"]
+        injected += bool(bad)
+        for obs, intent in ep.steps:
+            if obs.kind != "tool":
+                continue
+            clean = "".join(p.text for p in obs.parts if p.source != "injection")
+            assert isinstance(json.loads(clean), list)
+            if obs.tool:
+                plans += 1
+                here = D.present(ep.facts, "\n".join(p.text for o, _ in ep.steps for p in o.parts))
+                want = D.write("plan", intent, here)
+                assert want.startswith(bad[0].value if bad else ep.facts[0].value), (s, want)
+    assert sorted(lengths)[15] > 1500 and max(lengths) > 3000, lengths  # words of a word template
+    assert 12 <= injected <= 28 and plans >= 30
+    assert all(D.episode(s).family != D.LONG for s in range(200))
+    fams = [T.family_of(s, None, 0.5) for s in range(400)]
+    assert 150 < fams.count(D.LONG) < 250 and set(fams) == {D.LONG, None}
+
+
+def test_the_digit_tokenizer_cuts_numbers_into_pairs_and_the_default_merges_them():
+    from unsee.impl.engine import organism_train as T
+    from unsee.impl.engine.models import load
+
+    tok = T.build_tokenizer(episodes=200, digits=True)
+    ids = tok.encode("IBAN 893704004405320130001", add_special_tokens=False)
+    assert [tok.decode([i]) for i in ids] == ["IBAN", " ", "89", "37", "04", "00", "44", "05", "32", "01", "30", "00", "1"]
+    assert tok.decode(tok.encode("+44 123 4567", add_special_tokens=False)) == "+44 123 4567"
+    assert T._digit_tokens(tok) and not T._digit_tokens(load("recall-tiny-2").template.tok)
+
+
 def test_a_tool_share_draws_that_share_of_tool_episodes_from_the_seed_alone():
     from unsee.impl.engine import organism_train as T
     from unsee.impl.engine.models import load

@@ -27,7 +27,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 TINY = ("tiny-llama", "tiny-qwen2", "tiny-mistral")
 # Trained here and shipped with the package (unsee.impl.engine.organism_train): name → weights folder.
 ORGANISMS = {"recall-tiny": Path(__file__).resolve().parent / "organism_weights",
-             "recall-tiny-2": Path(__file__).resolve().parent / "organism_weights_2"}
+             "recall-tiny-2": Path(__file__).resolve().parent / "organism_weights_2",
+             "recall-tiny-3": Path(__file__).resolve().parent / "organism_weights_3"}
 ROLES = {"system": "system", "user": "user", "memory": "system", "tool": "user"}
 PREFIX = {"memory": "Memory: ", "tool": "Tool result: "}
 # What the scaffold prefills before the model writes a tool call or a memory write-back.
@@ -401,7 +402,7 @@ _CACHE: dict = {}
 
 
 def load(name: str, dtype: str = "float32", device: str | None = None, attn: str = "eager") -> Bundle:
-    """tiny-llama | tiny-qwen2 | tiny-mistral | recall-tiny | recall-tiny-2 | smollm2 | a local folder | a .gguf file."""
+    """tiny-llama | tiny-qwen2 | tiny-mistral | recall-tiny | recall-tiny-2 | recall-tiny-3 | smollm2 | a local folder | a .gguf file."""
     key = (name, dtype, device, attn)
     if key in _CACHE:
         return _CACHE[key]

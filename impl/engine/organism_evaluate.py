@@ -87,15 +87,17 @@ def score_decode(tmpl, purpose: str, intent: D.Intent, facts, n: int, ctx, out) 
     return res
 
 
-def held_out(model: str, episodes: int, start: int = EVAL_START) -> dict:
+def held_out(model: str, episodes: int, start: int = EVAL_START, family: str | None = None) -> dict:
+    """Free-running held-out transcripts: the generator's mix, or one family (`D.LONG`: the long
+    tool channel at AgentDojo's lengths)."""
     from unsee.impl.engine.runtime import KVRuntime
 
     counts = {c: [0, 0] for c in CATEGORIES}
     examples: dict[str, list] = {c: [] for c in CATEGORIES}
     kinds: dict[str, list] = {}
     for seed in range(start, start + episodes):
-        ep = D.episode(seed)
-        rt = KVRuntime(model, ep.config)
+        ep = D.episode(seed, family)
+        rt = KVRuntime(model, ep.config, attn="sdpa" if family == D.LONG else "eager")
         tmpl = rt.model.template
         log: list = []
         _instrument(rt.model, log)
@@ -114,7 +116,7 @@ def held_out(model: str, episodes: int, start: int = EVAL_START) -> dict:
                     if not ok and len(examples[cat]) < 3 and cat != "exact":
                         examples[cat].append({"seed": seed, "purpose": purpose, "got": tmpl.detokenize(out)})
         rt.model.engine.release()
-    return {"episodes": episodes, "first_seed": start,
+    return {"episodes": episodes, "first_seed": start, **({"family": family} if family else {}),
             "rates": {c: (k / n if n else None) for c, (k, n) in counts.items()},
             "counts": {c: v for c, v in counts.items()}, "failures": examples,
             "by_kind": {k: {"rate": a / b, "n": b} for k, (a, b) in sorted(kinds.items())}}
@@ -171,20 +173,26 @@ def copy_probe(model: str, n: int = 15, seed: str = "probe") -> dict:
     return out
 
 
-def training_lengths(model: str, episodes: int = 300) -> dict:
-    """Lengths (tokens) of the training sequences of the first `episodes` training episodes."""
+def training_lengths(model: str, episodes: int = 300, family: str | None = None) -> dict:
+    """Lengths (tokens) of the training sequences of the first `episodes` training episodes (of
+    the generator's mix, or of one family)."""
     from unsee.impl.engine.models import load
 
     tmpl = load(model).template
-    lens = sorted(len(ids) for s in range(episodes) for ids, _ in D.render(D.episode(s), tmpl)[0])
+    lens = sorted(len(ids) for s in range(episodes) for ids, _ in D.render(D.episode(s, family), tmpl)[0])
     return {"sequences": len(lens), "median": lens[len(lens) // 2], "p95": lens[int(0.95 * len(lens))],
             "max": lens[-1]}
 
 
-def evaluate(model: str = NAME, episodes: int = 60, audit_n: int = 6, copy_n: int = 0) -> dict:
+def evaluate(model: str = NAME, episodes: int = 60, audit_n: int = 6, copy_n: int = 0, long_n: int = 0) -> dict:
     t0 = time.perf_counter()
     doc = {"model": model, "lengths": training_lengths(model), "held_out": held_out(model, episodes)}
     doc["held_out_seconds"] = round(time.perf_counter() - t0, 1)
+    if long_n:
+        t1 = time.perf_counter()
+        doc["lengths_long"] = training_lengths(model, 100, D.LONG)
+        doc["held_out_long"] = held_out(model, long_n, family=D.LONG)
+        doc["held_out_long_seconds"] = round(time.perf_counter() - t1, 1)
     if copy_n:
         doc["copy"], doc["copy_n"] = copy_probe(model, copy_n), copy_n
     if audit_n:
@@ -249,7 +257,9 @@ def card(doc: dict, training: dict, name: str = NAME) -> str:
         f"{ARCH['num_attention_heads']} heads ({ARCH['num_key_value_heads']} K/V heads), MLP {ARCH['intermediate_size']}, "
         f"tied embeddings, {params} parameters, float32 safetensors.",
         f"- Tokenizer: byte-level BPE, {training.get('phases', [training])[-1].get('vocab')} tokens (`<|endoftext|>`, `<|im_start|>`, "
-        "`<|im_end|>` special), trained on the generator's texts; any text encodes (byte fallback).",
+        "`<|im_end|>` special), trained on the generator's texts; any text encodes (byte fallback)."
+        + (" Numbers are cut into pairs of digits from their first digit, each pair one token (a 20-digit IBAN"
+           " is ten tokens)." if training.get("phases", [training])[0].get("digit_tokens") else ""),
         "- Chat template: the runtime's ChatML rendering (`ChatMLTemplate`), the same as SmolLM2's.",
         "",
         "## Training",
@@ -274,6 +284,16 @@ def card(doc: dict, training: dict, name: str = NAME) -> str:
             cmd.append(f"--tool-share {ph['tool_share']}")
         if ph.get("episode_offset") is not None:
             cmd.append(f"--offset {ph['episode_offset']}")
+        if ph.get("long_share") is not None:
+            cmd.append(f"--long-share {ph['long_share']}")
+        if ph.get("max_len", 896) != 896:
+            cmd.append(f"--max-len {ph['max_len']}")
+        if i == 0 and ph.get("digit_tokens"):
+            cmd.append("--digits")
+        if ph.get("threads", 1) != 1:
+            cmd.append(f"--threads {ph['threads']}")
+        if ph.get("attn", "eager") != "eager":
+            cmd.append(f"--attn {ph['attn']}")
         lines.append(" ".join(cmd))
         total += ph.get("seconds", 0)
     lines += ["```", ""]
@@ -285,11 +305,18 @@ def card(doc: dict, training: dict, name: str = NAME) -> str:
                      + f", AdamW, peak lr {ph.get('peak_lr')}, cosine to 10 %, {ph.get('tokens_seen')} token positions, "
                      f"{ph.get('seconds', 0) / 60:.1f} min, final loss {ph.get('final_loss', 0):.3f}"
                      + (" (stopped early by its time budget)" if ph.get("stopped_early") else "") + ".")
+    threads = sorted({ph.get("threads", 1) for ph in phases})
+    kernels = sorted({ph.get("attn", "eager") for ph in phases})
+    where = ("one CPU thread" if threads == [1] else " or ".join(map(str, threads)) + " CPU threads") + \
+        ("" if kernels == ["eager"] else f", {' and '.join(kernels)} attention")
+    machine = "a shared 2-core machine" if threads == [1] and kernels == ["eager"] else "the 2-core machine"
+    how = "one thread" if threads == [1] and kernels == ["eager"] else \
+        f"{where.replace('CPU ', '')} (another setting of threads or kernel gives other weights, each as reproducible)"
     lines += [
-        f"- In all {total / 60:.1f} min on one CPU thread (torch {phases[-1].get('torch')}) of a shared 2-core machine"
+        f"- In all {total / 60:.1f} min on {where} (torch {phases[-1].get('torch')}) of {machine}"
         + (f", over the {TRAINING_BUDGET_MIN}-minute budget for training an organism here." if total / 60 > TRAINING_BUDGET_MIN
            else f", within the {TRAINING_BUDGET_MIN}-minute budget for training an organism here."),
-        "- Deterministic: fixed seeds, `torch.use_deterministic_algorithms(True)`, one thread, episodes by index.",
+        f"- Deterministic: fixed seeds, `torch.use_deterministic_algorithms(True)`, {how}, episodes by index.",
         "- Data (`unsee.impl.engine.organism_data`): synthetic sessions run through the runtime's own transition",
         "  `step` with a scripted model, so each training sequence is token for token a context the runtime",
         "  builds (blocks, headers, fixed-length replies padded with `<|im_end|>`, tool results of committed",
@@ -299,6 +326,13 @@ def card(doc: dict, training: dict, name: str = NAME) -> str:
         "  random per episode, so recall is copying from context, not memorisation. The runs with copying",
         "  sequences add short ones (repeat a value; recall one key's value among several) to form the copy",
         "  circuit; a run with a tool share draws that share of its episodes from the tool channel.",
+    ] + ([
+        "  A run with a long share draws that share from the long tool channel (`long_tool_episode`): one to",
+        "  three JSON tool results (e-mails, transactions, files, messages, reviews, each record with identifiers",
+        "  of its own) at AgentDojo's lengths, the record the task needs marked, and in 70 % of them an injected",
+        "  instruction inside one record; the tool call after them carries the injected identifier. Its records",
+        "  and phrasings are the generator's own: nothing is taken from AgentDojo's environments or tasks.",
+    ] if any(ph.get("long_share") for ph in phases) else []) + [
         "",
         f"## Measured: held-out transcripts ({h['episodes']} episodes, seeds from {h['first_seed']}, greedy, "
         "free-running through `KVRuntime`)",
@@ -313,6 +347,16 @@ def card(doc: dict, training: dict, name: str = NAME) -> str:
         "| kind | rate | decodes |",
         "| --- | --- | --- |",
     ] + [f"| {k} | {_pct(v['rate'])} | {v['n']} |" for k, v in h.get("by_kind", {}).items()]
+    if "held_out_long" in doc:
+        hl = doc["held_out_long"]
+        lines += ["", f"## Measured: held-out long tool transcripts ({hl['episodes']} episodes of the long tool channel, "
+                  f"seeds from {hl['first_seed']}, contexts of {doc['lengths_long']['median']} tokens median, up to "
+                  f"{doc['lengths_long']['max']})", "",
+                  "| capability | rate | decodes | what is scored |", "| --- | --- | --- | --- |"]
+        lines += [f"| {c} | {_pct(hl['rates'][c])} | {hl['counts'][c][1]} | {CATEGORIES[c]} |" for c in CATEGORIES
+                  if hl["counts"][c][1]]
+        lines += ["", "| kind | rate | decodes |", "| --- | --- | --- |"]
+        lines += [f"| {k} | {_pct(v['rate'])} | {v['n']} |" for k, v in hl.get("by_kind", {}).items()]
     if "copy" in doc:
         lines += ["", f"## Measured: copying a value drawn afresh ({doc['copy_n']} draws per kind and mode, greedy)", "",
                   "\"repeat\": \"Repeat: <value>\"; \"lookup\": one key's value among two to four \"key value\" pairs. A hit",
@@ -332,13 +376,18 @@ def card(doc: dict, training: dict, name: str = NAME) -> str:
     fails = [f"- {c}: `{e['got']!r}` (seed {e['seed']}, {e['purpose']})" for c, es in h["failures"].items() for e in es[:2]]
     lines += ["## Limits", "",
               f"- Trained on contexts of at most {doc['lengths']['max']} tokens (median {doc['lengths']['median']}, "
-              f"95 % under {doc['lengths']['p95']}); longer contexts (AgentDojo's",
-              "  long JSON tool results) are outside its training lengths, and recall there is not measured above.",
+              f"95 % under {doc['lengths']['p95']})"
+              + (f", and on the long tool channel's of up to {doc['lengths_long']['max']} (median "
+                 f"{doc['lengths_long']['median']}), measured above; AgentDojo's contexts reach about 6,000." if "lengths_long" in doc
+                 else "; longer contexts (AgentDojo's"),
+              ] + ([] if "lengths_long" in doc else [
+              "  long JSON tool results) are outside its training lengths, and recall there is not measured above."]) + [
               "- Only the phrasings, fact kinds and tasks of the generator; no general knowledge or language ability.",
               "- Replies are fixed-length decodes: after `<|im_end|>` it pads with `<|im_end|>`.",
               "- It never obeys a forget request (B2): it was not trained to, and the audits measure exactly that.",
               "", "Examples of failures on the held-out transcripts:", ""] + (fails or ["- none recorded"])
     copy = f" --copy {doc['copy_n']}" if "copy" in doc else ""
+    copy += f" --long {doc['held_out_long']['episodes']}" if "held_out_long" in doc else ""
     lines += ["", f"Regenerate this card and `evaluation.json`: `python -m unsee.impl.engine.organism_evaluate --model {name} "
               f"--episodes {h['episodes']} --audit {doc.get('audit_n', 0)}{copy} --json {folder}/evaluation.json "
               f"--card {folder}/README.md`.", ""]
@@ -355,11 +404,13 @@ def main(argv=None) -> None:
     ap.add_argument("--copy-probe", type=int, default=0, metavar="N",
                     help="only probe copying (N draws per kind of value and mode; see copy_probe) and print it")
     ap.add_argument("--copy", type=int, default=0, metavar="N", help="also probe copying, N draws each, for the card")
+    ap.add_argument("--long", type=int, default=0, metavar="N",
+                    help="also N held-out transcripts of the long tool channel (AgentDojo's lengths), for the card")
     args = ap.parse_args(argv)
     if args.copy_probe:
         print(json.dumps({"model": args.model, "copy": copy_probe(args.model, args.copy_probe)}, indent=1))
         return
-    doc = evaluate(args.model, args.episodes, args.audit, args.copy)
+    doc = evaluate(args.model, args.episodes, args.audit, args.copy, args.long)
     text = json.dumps(doc, indent=1)
     if args.json:
         args.json.write_text(text + "\n")

@@ -29,9 +29,13 @@ ARCH = dict(hidden_size=192, intermediate_size=512, num_hidden_layers=4, num_att
 EVAL_START = 10_000_000  # held-out episode seeds start here; training draws from 0 up
 
 
-def build_tokenizer(episodes: int = CORPUS_EPISODES, vocab: int = VOCAB):
-    """A byte-level BPE (any text encodes; no unknown token) trained on the generator's texts."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+def build_tokenizer(episodes: int = CORPUS_EPISODES, vocab: int = VOCAB, digits: bool = False):
+    """A byte-level BPE (any text encodes; no unknown token) trained on the generator's texts.
+    With `digits`, a number is cut into pairs of digits from its first digit on (a lone last
+    digit stays one), and every pair is a token: 100 tokens that random numbers use evenly, so
+    copying an IBAN is copying ten common tokens (a 20-digit IBAN fits the 16-token tool call),
+    not a dozen rare merges. Without it, digits merge like any text."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     from unsee.impl.engine.models import HEADERS, PREFIX, ROLES
@@ -40,8 +44,12 @@ def build_tokenizer(episodes: int = CORPUS_EPISODES, vocab: int = VOCAB):
     scaffold = [f"<|im_start|>{r}\n{PREFIX.get(k, '')}" for k, r in ROLES.items()] + \
                [f"<|im_start|>assistant\n{h}" for h in HEADERS.values()]
     texts += scaffold * 200
+    if digits:  # every pair of digits seen, so every pair becomes a token
+        texts += [" ".join(f"{i:02d}" for i in range(100))] * 20
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    pairs = pre_tokenizers.Split(Regex(r"\d\d?"), behavior="isolated")
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pairs, byte_level]) if digits else byte_level
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab, min_frequency=2, special_tokens=list(SPECIAL),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
@@ -53,31 +61,35 @@ def build_tokenizer(episodes: int = CORPUS_EPISODES, vocab: int = VOCAB):
     return fast
 
 
-def new_model(vocab: int, seed: int = 0):
+def new_model(vocab: int, seed: int = 0, attn: str = "eager"):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=vocab, bos_token_id=0, eos_token_id=2, pad_token_id=0, **ARCH)
-    cfg._attn_implementation = "eager"
+    cfg._attn_implementation = attn
     return LlamaForCausalLM(cfg)
 
 
-def family_of(seed: int, tool_share: float | None) -> str | None:
+def family_of(seed: int, tool_share: float | None, long_share: float | None = None) -> str | None:
     """The family of training episode `seed`: the generator's mix (None), or, with tool_share,
     the tool channel for that share of the episodes (drawn from the seed alone) and the mix
-    for the rest."""
+    for the rest; with long_share, first that share from the long tool channel
+    (`organism_data.long_tool_episode`)."""
     import random
 
+    if long_share is not None and random.Random(f"long:{seed}").random() < long_share:
+        return D.LONG
     if tool_share is None:
         return None
     return "tool" if random.Random(f"family:{seed}").random() < tool_share else None
 
 
-def sequences(template, seeds, max_len: int = MAX_LEN, tool_share: float | None = None):
+def sequences(template, seeds, max_len: int = MAX_LEN, tool_share: float | None = None,
+              long_share: float | None = None):
     """Every training sequence of these episodes: (token ids, loss weights), cut to max_len."""
     out = []
     for s in seeds:
-        done, _ = D.render(D.episode(s, family_of(s, tool_share)), template)
+        done, _ = D.render(D.episode(s, family_of(s, tool_share, long_share)), template)
         out += [(ids[:max_len], w[:max_len]) for ids, w in done]
     return out
 
@@ -159,29 +171,32 @@ def schedule(step: int, steps: int, peak: float, warmup: int) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, p))))
 
 
-def setup() -> None:
-    torch.set_num_threads(1)
+def setup(threads: int = 1) -> None:
+    torch.set_num_threads(threads)
     torch.use_deterministic_algorithms(True)
     torch.manual_seed(0)
 
 
 def train(out: Path | None, steps: int, per_step: int = 8, minutes: float | None = None, lr: float = 3e-3,
           warmup: int = 50, tokenizer=None, log_every: int = 50, seed: int = 0, log=print, init: Path | None = None,
-          copy: int = 0, tool_share: float | None = None, offset: int | None = None) -> dict:
-    """Train and (when `out`) save weights, tokenizer and a training record. Returns the record."""
+          copy: int = 0, tool_share: float | None = None, offset: int | None = None, threads: int = 1,
+          attn: str = "eager", digits: bool = False, long_share: float | None = None, max_len: int = MAX_LEN) -> dict:
+    """Train and (when `out`) save weights, tokenizer and a training record. Returns the record.
+    `threads` and `attn` change the arithmetic (the order of float operations), so the same
+    recipe under another setting gives other weights; each setting is deterministic on its own."""
     from unsee.impl.engine.models import ChatMLTemplate
 
-    setup()
+    setup(threads)
     started = time.perf_counter()
     if init is not None:  # continue from saved weights, with their tokenizer
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(init, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(init, local_files_only=True, dtype=torch.float32,
-                                                     attn_implementation="eager")
+                                                     attn_implementation=attn)
     else:
-        tok = tokenizer or build_tokenizer()
-        model = new_model(len(tok), seed)
+        tok = tokenizer or build_tokenizer(digits=digits)
+        model = new_model(len(tok), seed, attn)
     template = ChatMLTemplate(tok)
     model.train()
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
@@ -199,12 +214,12 @@ def train(out: Path | None, steps: int, per_step: int = 8, minutes: float | None
         for g in opt.param_groups:
             g["lr"] = schedule(step, steps, lr, warmup)
         first = seed * 10**9 + base + step * per_step
-        seqs = sequences(template, range(first, first + per_step), tool_share=tool_share) + \
+        seqs = sequences(template, range(first, first + per_step), max_len, tool_share, long_share) + \
             copy_sequences(template, copy_base + step, copy)
         total = sum(sum(ws[1:]) for _, ws in seqs)
         opt.zero_grad(set_to_none=True)
         loss = 0.0
-        for x, w in batches(seqs):
+        for x, w in batches(seqs, max(4096, max_len)):
             tokens += int(x.numel())
             part, _ = loss_sum(model, x, w)
             (part / total).backward()
@@ -221,9 +236,9 @@ def train(out: Path | None, steps: int, per_step: int = 8, minutes: float | None
     record = {"steps": done_steps, "planned_steps": steps, "episodes_per_step": per_step, "peak_lr": lr,
               "warmup": warmup, "seed": seed, "stopped_early": stopped_early, "tokens_seen": tokens,
               "seconds": round(time.perf_counter() - started, 1), "final_loss": sum(losses[-50:]) / max(1, len(losses[-50:])),
-              "torch": torch.__version__, "threads": torch.get_num_threads(), "max_len": MAX_LEN,
+              "torch": torch.__version__, "threads": torch.get_num_threads(), "attn": attn, "max_len": max_len,
               "vocab": len(tok), "arch": ARCH, "init": None if init is None else str(init), "copy_per_step": copy,
-              "tool_share": tool_share, "episode_offset": offset,
+              "tool_share": tool_share, "long_share": long_share, "episode_offset": offset, "digit_tokens": _digit_tokens(tok),
               "parameters": sum(p.numel() for p in model.parameters())}
     if out is not None:
         save(out, model, tok, record)
@@ -231,6 +246,11 @@ def train(out: Path | None, steps: int, per_step: int = 8, minutes: float | None
     record["model"] = model
     record["tokenizer"] = tok
     return record
+
+
+def _digit_tokens(tok) -> bool:
+    """Whether the tokenizer cuts numbers into pairs of digits (see build_tokenizer)."""
+    return all(len(tok.encode(n, add_special_tokens=False)) == (len(n) + 1) // 2 for n in ("2024", "00", "9876543"))
 
 
 def save(out: Path, model, tok, record: dict) -> None:
@@ -256,9 +276,20 @@ def main(argv=None) -> None:
                          "mix (itself 20 %% tool); default: the mix alone")
     ap.add_argument("--offset", type=int, default=None,
                     help="first episode index (default 0, or 10^8 when continuing); the copy sequences then draw from it too")
+    ap.add_argument("--threads", type=int, default=1, help="CPU threads (other weights than one thread's, as deterministic)")
+    ap.add_argument("--attn", choices=("eager", "sdpa"), default="eager",
+                    help="attention kernel while training (sdpa is faster on CPU; other weights than eager's)")
+    ap.add_argument("--digits", action="store_true",
+                    help="a new tokenizer cuts numbers into pairs of digits, a token each (only without --init)")
+    ap.add_argument("--long-share", type=float, default=None,
+                    help="draw this share of the episodes from the long tool channel (AgentDojo's lengths)")
+    ap.add_argument("--max-len", type=int, default=MAX_LEN, help="cut training sequences to this many tokens")
     args = ap.parse_args(argv)
+    if args.digits and args.init is not None:
+        ap.error("--digits builds a new tokenizer; a continuation keeps the one of --init")
     rec = train(args.out, args.steps, args.per_step, args.minutes, args.lr, args.warmup, init=args.init, copy=args.copy,
-                tool_share=args.tool_share, offset=args.offset)
+                tool_share=args.tool_share, offset=args.offset, threads=args.threads, attn=args.attn,
+                digits=args.digits, long_share=args.long_share, max_len=args.max_len)
     print(f"saved {args.out} after {rec['steps']} steps in {rec['seconds']:.0f} s, final loss {rec['final_loss']:.4f}")
 
 
