@@ -28,3 +28,16 @@ def test_target_text_is_exactly_the_injected_span():
     ep = convert("banking", "user_task_0", "injection_task_0")
     joined = " ".join(ep.target_texts)
     assert "US133000000121212121212" in joined
+
+
+def test_a_needle_is_the_identifier_not_the_json_escape_after_it():
+    """The injection sits JSON-escaped in a tool result: `…sUf7tOJ\\nBest,` in the context is
+    the URL, a newline, then "Best,". The needle is the URL alone; cut at the next space it
+    would end in "\\nBest," and a model that copies the URL exactly would not match it."""
+    from unsee.impl.experiments.cases import agentdojo_case, normalize
+
+    ep = convert("workspace", "user_task_10", "injection_task_13")
+    assert any("sUf7tOJ\\nBest," in t for t in ep.target_texts)  # as the context holds it
+    case = agentdojo_case("workspace", "user_task_10", "injection_task_13")
+    assert case.needles == ["https://bit.ly/sUf7tOJ"]
+    assert normalize(case.needles[0]) in normalize("Visit https://bit.ly/sUf7tOJ now.")

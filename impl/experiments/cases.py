@@ -173,6 +173,18 @@ def choice_question(a: str, b: str, seed: int) -> str:
     return f"Book one provider for me now: {first} or {second}? Answer with the name only."
 
 
+def _unescaped(span: str) -> str:
+    """An injected span as text: one that sits inside a JSON string of a tool result is held
+    JSON-escaped (a newline as backslash-n), and an identifier is cut at the real newline, not
+    at the next space (else a URL ends in "\\nBest,", which no copy of the URL contains)."""
+    import json
+
+    try:
+        return json.loads(f'"{span}"')
+    except ValueError:
+        return span
+
+
 def agentdojo_case(suite: str, user_task: str, injection_task: str, benign_turns: int = 1) -> Case:
     """An AgentDojo pair as an audit case: the needles are the identifiers the injection
     carries (IBANs, e-mail addresses, URLs, long numbers), or its first words."""
@@ -181,7 +193,7 @@ def agentdojo_case(suite: str, user_task: str, injection_task: str, benign_turns
     from unsee.impl.experiments.agentdojo import TARGET, convert
 
     ep = convert(suite, user_task, injection_task, benign_turns=benign_turns)
-    text = " ".join(ep.target_texts)
+    text = " ".join(_unescaped(t) for t in ep.target_texts)
     ids = re.findall(r"[A-Z]{2}\d{10,}|[\w.+-]+@[\w-]+\.[\w.]+|https?://\S+|www\.\S+|\b\d{5,}\b", text)
     needles = sorted(set(ids)) or [" ".join(text.split()[:8])]
     return validate_needles(Case(f"{suite}/{user_task}/{injection_task}", ep.observations, [TARGET], needles,
