@@ -1,7 +1,8 @@
-"""recall-tiny and recall-tiny-2, the models trained here: their shipped weights load under the
-KV engine and forget exactly (B7 ≡ B5 under torch.equal); recall-tiny recalls a memory fact
-through the runtime and recall-tiny-2 copies what recall-tiny cannot; the data generator and
-the training are deterministic."""
+"""recall-tiny, recall-tiny-2 and recall-tiny-3, the models trained here: their shipped weights
+load under the KV engine and forget exactly (B7 ≡ B5 under torch.equal); recall-tiny recalls a
+memory fact through the runtime, recall-tiny-2 copies what recall-tiny cannot, recall-tiny-3
+(digit pairs as tokens) copies digit strings; the data generator and the training are
+deterministic."""
 
 import hashlib
 
@@ -17,7 +18,7 @@ from unsee.model import Config, Observation, Part
 from tests.kv_helpers import assert_b7_equals_b5
 
 
-ORGANISMS = (NAME, "recall-tiny-2")
+ORGANISMS = (NAME, "recall-tiny-2", "recall-tiny-3")
 
 
 @pytest.mark.parametrize("name", ORGANISMS)
@@ -249,6 +250,16 @@ def test_the_second_organism_copies_what_the_first_cannot():
     assert first["email/repeat"] == first["url/repeat"] == 0.0, first
     assert second["email/repeat"] == second["url/repeat"] == 1.0, second
     assert second["iban/repeat"] == 0.0 and second["colour/repeat"] == 1.0, second
+
+
+def test_the_third_organism_copies_the_digit_strings_the_second_cannot():
+    """recall-tiny-3 cuts numbers into pairs of digits (its tokenizer): it repeats IBANs and phone
+    numbers drawn afresh, which recall-tiny-2, whose BPE merges digits, does not (its card)."""
+    from unsee.impl.engine.organism_evaluate import copy_probe
+
+    second, third = copy_probe("recall-tiny-2", 3), copy_probe("recall-tiny-3", 3)
+    assert second["iban/repeat"] == 0.0 < third["iban/repeat"], (second, third)
+    assert second["phone/repeat"] < third["phone/repeat"] == 1.0, (second, third)
 
 
 @pytest.mark.parametrize("name", ORGANISMS)
