@@ -2,9 +2,10 @@
 
     python -m unsee.impl.engine.organism_train --out DIR [--steps N] [--minutes M]
 
-Deterministic: one process, one thread, fixed seeds, `torch.use_deterministic_algorithms`,
-episodes drawn by index (step · batch + i), the learning-rate schedule a function of the step
-alone. The same command on the same torch build gives the same weights; `--minutes` only
+Deterministic: one process, a fixed number of threads (`--threads`, default one), fixed seeds,
+`torch.use_deterministic_algorithms`, episodes drawn by index (step · batch + i), the
+learning-rate schedule a function of the step alone. The same command on the same torch build
+gives the same weights (another thread count or `--attn` gives other weights); `--minutes` only
 stops early (then the result depends on the machine's speed, and the log says so).
 """
 
