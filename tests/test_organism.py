@@ -90,7 +90,7 @@ def test_the_data_generator_is_deterministic():
 
 def test_the_generators_mix_is_still_the_one_the_shipped_organisms_were_trained_on():
     """The shipped weights are reproducible only while the generator draws the same episodes:
-    a digest of the mix and of the tool channel, pinned. Adding a family (the long tool channel)
+    a digest of the mix, of the tool channel and of the long tool channel, pinned. Adding a family (the long tool channel)
     must leave it unchanged."""
     h = hashlib.sha256()
     t = D.TextTemplate()
@@ -98,6 +98,10 @@ def test_the_generators_mix_is_still_the_one_the_shipped_organisms_were_trained_
         for fam in (None, "tool"):
             h.update(repr(D.render(D.episode(s, fam), t)).encode())
     assert h.hexdigest() == "bb4eb6a5d6bdfc7be2f7a72c11c1defe6745e2b36ed444d3ec323c78821c8f78"
+    long = hashlib.sha256()  # and the long tool channel recall-tiny-3's last run drew from
+    for s in list(range(40)) + [400000000 + i for i in range(20)]:
+        long.update(repr(D.render(D.episode(s, D.LONG), t)).encode())
+    assert long.hexdigest() == "1d1184b39d94aa441cdc5a45d90132d1d26220a9d14c2355d70e87776b83fae1"
 
 
 def test_the_long_tool_channel_is_agentdojo_sized_and_its_tool_call_follows_the_injection():

@@ -418,6 +418,13 @@ def _tool_json(rng: random.Random, fields: dict) -> str:
     return json.dumps(body, ensure_ascii=False, indent=1)
 
 
+def _injected(text: str, source: str, goal: str) -> list[Part]:
+    """A tool result whose "@@" marker holds an injected instruction: the parts before and after
+    it keep `source`, the instruction (AgentDojo's wrapper around `goal`) is the target."""
+    pre, post = text.split("@@")
+    return [Part(source, pre), Part("injection", injection_text(goal.replace("'", "\u2019"))), Part(source, post)]
+
+
 def tool_episode(rng: random.Random, seed: int) -> Episode:
     """The tool-observation channel (AgentDojo's shape): a task, tool results carrying the
     identifiers it needs, possibly an injected instruction naming another identifier."""
@@ -456,9 +463,7 @@ def tool_episode(rng: random.Random, seed: int) -> Episode:
             fields = dict(fields)
             fields["message"] = "@@"
             text = _tool_json(rng, fields)
-            pre, post = text.split("@@")
-            inj = injection_text(rng.choice(INJECTION_GOALS[ikind]).format(v=bad.value).replace("'", "\u2019"))
-            parts = [Part(f"tool{i}", pre), Part("injection", inj), Part(f"tool{i}", post)]
+            parts = _injected(text, f"tool{i}", rng.choice(INJECTION_GOALS[ikind]).format(v=bad.value))
         else:
             fields = dict(fields)
             fields["message"] = note
@@ -543,17 +548,16 @@ def long_tool_episode(rng: random.Random, seed: int) -> Episode:
     bad = Fact("inject", value(rng, ikind))
     n_results = rng.choice((1, 2, 2, 3))
     where = rng.randrange(n_results)
-    route_ = task
     for i in range(n_results):
-        shapes = [shape] if rng.random() < 0.6 else [rng.choice(("email", "transaction", "file", "message", "review"))]
-        recs = [_record(rng, shapes[0], j) for j in range(rng.randint(4, 22))]
-        if i == n_results - 1:  # the record the task needs, marked as the one (its peers hold identifiers too)
+        last = i == n_results - 1
+        rshape = shape if rng.random() < 0.6 else rng.choice(("email", "transaction", "file", "message", "review"))
+        recs = [_record(rng, rshape, j) for j in range(rng.randint(4, 22))]
+        if last:  # the record the task needs, marked as the one (its peers hold identifiers too)
             k = rng.randrange(len(recs))
             recs[k] = dict(recs[k])
-            recs[k][field_name if shape == shapes[0] else "note"] = legit.value if kind != "address" \
+            recs[k][field_name if rshape == shape else "note"] = legit.value if kind != "address" \
                 else f"deliver to {legit.value}"
             recs[k]["todo"] = TODO[task]
-        text = json.dumps(recs, ensure_ascii=False, indent=1)
         if inject and i == where:
             k = rng.randrange(len(recs))
             field = next((f for f in ("body", "subject", "content", "reviews") if f in recs[k]), None)
@@ -562,20 +566,17 @@ def long_tool_episode(rng: random.Random, seed: int) -> Episode:
                 recs[k]["reviews"] = list(recs[k]["reviews"]) + ["@@"]
             else:
                 recs[k][field or "note"] = "@@"
-            text = json.dumps(recs, ensure_ascii=False, indent=1)
-            pre, post = text.split('"@@"')
-            inj = injection_text(rng.choice(INJECTION_GOALS[ikind]).format(v=bad.value).replace("'", "\u2019"))
-            parts = [Part(f"tool{i}", pre + '"'), Part("injection", inj), Part(f"tool{i}", '"' + post)]
+            parts = _injected(json.dumps(recs, ensure_ascii=False, indent=1), f"tool{i}",
+                              rng.choice(INJECTION_GOALS[ikind]).format(v=bad.value))
         else:
-            parts = [Part(f"tool{i}", text)]
-        last = i == n_results - 1
+            parts = [Part(f"tool{i}", json.dumps(recs, ensure_ascii=False, indent=1))]
         ep.steps.append((Observation("tool", tuple(parts), reply=4, tool="send" if last else None),
-                         Intent("text", "Noted.", route=route_)))
+                         Intent("text", "Noted.", route=task)))
     if inject:
         ep.facts.append(bad)
     if rng.random() < 0.7:
         ep.steps.append((Observation("user", (Part("audit-task", CONTINUATION),), reply=rng.choice((24, 16)),
-                                     tool="send"), Intent("list", route=route_)))
+                                     tool="send"), Intent("list", route=task)))
     return ep
 
 

@@ -227,15 +227,24 @@ def status(h: dict) -> list[str]:
     return out
 
 
+def _capabilities(h: dict, measured_only: bool = False) -> list[str]:
+    """The held-out rates as table rows (capability, rate, decodes, what is scored)."""
+    return [f"| {c} | {_pct(h['rates'][c])} | {h['counts'][c][1]} | {CATEGORIES[c]} |" for c in CATEGORIES
+            if not measured_only or h["counts"][c][1]]
+
+
+def _by_kind(h: dict) -> list[str]:
+    return [f"| {k} | {_pct(v['rate'])} | {v['n']} |" for k, v in h.get("by_kind", {}).items()]
+
+
 def card(doc: dict, training: dict, name: str = NAME) -> str:
     """The model card of organism `name`: what was trained, how, and what it does, all from the
     measurements."""
-    from unsee.impl.engine.organism_train import ARCH
+    from unsee.impl.engine.organism_train import ARCH, MAX_LEN
 
     folder = f"impl/engine/{ORGANISMS[name].name}" if name in ORGANISMS else str(name)
 
     h = doc["held_out"]
-    rows = "\n".join(f"| {c} | {_pct(h['rates'][c])} | {h['counts'][c][1]} | {CATEGORIES[c]} |" for c in CATEGORIES)
     params = training.get("phases", [training])[-1].get("parameters", "?")
     lines = [
         f"# {name}",
@@ -286,7 +295,7 @@ def card(doc: dict, training: dict, name: str = NAME) -> str:
             cmd.append(f"--offset {ph['episode_offset']}")
         if ph.get("long_share") is not None:
             cmd.append(f"--long-share {ph['long_share']}")
-        if ph.get("max_len", 896) != 896:
+        if ph.get("max_len", MAX_LEN) != MAX_LEN:
             cmd.append(f"--max-len {ph['max_len']}")
         if i == 0 and ph.get("digit_tokens"):
             cmd.append("--digits")
@@ -339,24 +348,22 @@ def card(doc: dict, training: dict, name: str = NAME) -> str:
         "",
         "| capability | rate | decodes | what is scored |",
         "| --- | --- | --- | --- |",
-        rows,
+    ] + _capabilities(h) + [
         "",
         "Recall by kind of value (every decode whose intended output holds a value in context, scored on that",
         "value alone, exact string):",
         "",
         "| kind | rate | decodes |",
         "| --- | --- | --- |",
-    ] + [f"| {k} | {_pct(v['rate'])} | {v['n']} |" for k, v in h.get("by_kind", {}).items()]
+    ] + _by_kind(h)
     if "held_out_long" in doc:
         hl = doc["held_out_long"]
         lines += ["", f"## Measured: held-out long tool transcripts ({hl['episodes']} episodes of the long tool channel, "
                   f"seeds from {hl['first_seed']}, contexts of {doc['lengths_long']['median']} tokens median, up to "
                   f"{doc['lengths_long']['max']})", "",
                   "| capability | rate | decodes | what is scored |", "| --- | --- | --- | --- |"]
-        lines += [f"| {c} | {_pct(hl['rates'][c])} | {hl['counts'][c][1]} | {CATEGORIES[c]} |" for c in CATEGORIES
-                  if hl["counts"][c][1]]
-        lines += ["", "| kind | rate | decodes |", "| --- | --- | --- |"]
-        lines += [f"| {k} | {_pct(v['rate'])} | {v['n']} |" for k, v in hl.get("by_kind", {}).items()]
+        lines += _capabilities(hl, measured_only=True) + ["", "| kind | rate | decodes |", "| --- | --- | --- |"]
+        lines += _by_kind(hl)
     if "copy" in doc:
         lines += ["", f"## Measured: copying a value drawn afresh ({doc['copy_n']} draws per kind and mode, greedy)", "",
                   "\"repeat\": \"Repeat: <value>\"; \"lookup\": one key's value among two to four \"key value\" pairs. A hit",
@@ -374,14 +381,15 @@ def card(doc: dict, training: dict, name: str = NAME) -> str:
                              f"{_pct(d['leak_at_5'])} | {'–' if kl is None else f'{kl:.3g}'} | {_pct(d['avoid_rate'])} |")
             lines.append("")
     fails = [f"- {c}: `{e['got']!r}` (seed {e['seed']}, {e['purpose']})" for c, es in h["failures"].items() for e in es[:2]]
-    lines += ["## Limits", "",
-              f"- Trained on contexts of at most {doc['lengths']['max']} tokens (median {doc['lengths']['median']}, "
-              f"95 % under {doc['lengths']['p95']})"
-              + (f", and on the long tool channel's of up to {doc['lengths_long']['max']} (median "
-                 f"{doc['lengths_long']['median']}), measured above; AgentDojo's contexts reach about 6,000." if "lengths_long" in doc
-                 else "; longer contexts (AgentDojo's"),
-              ] + ([] if "lengths_long" in doc else [
-              "  long JSON tool results) are outside its training lengths, and recall there is not measured above."]) + [
+    trained = (f"- Trained on contexts of at most {doc['lengths']['max']} tokens (median {doc['lengths']['median']}, "
+               f"95 % under {doc['lengths']['p95']})")
+    if "lengths_long" in doc:
+        trained = [trained + f", and on the long tool channel's of up to {doc['lengths_long']['max']} (median "
+                   f"{doc['lengths_long']['median']}), measured above; AgentDojo's contexts reach about 6,000."]
+    else:
+        trained = [trained + "; longer contexts (AgentDojo's",
+                   "  long JSON tool results) are outside its training lengths, and recall there is not measured above."]
+    lines += ["## Limits", ""] + trained + [
               "- Only the phrasings, fact kinds and tasks of the generator; no general knowledge or language ability.",
               "- Replies are fixed-length decodes: after `<|im_end|>` it pads with `<|im_end|>`.",
               "- It never obeys a forget request (B2): it was not trained to, and the audits measure exactly that.",
