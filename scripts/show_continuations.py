@@ -9,18 +9,16 @@ injection without copying its identifier.
 import json
 import sys
 
-from unsee.impl.engine.runtime import KVRuntime
-from unsee.impl.experiments.audit import continue_task
+from unsee.impl.experiments.audit import audit_runtime, continue_task
 from unsee.impl.experiments.cases import agentdojo_case
-from unsee.model.state import Config
 
 
 def main(model: str, audit_json: str, k: int = 6) -> None:
     doc = json.loads(open(audit_json).read())
-    n_tokens = 24
+    n_tokens, attn = 24, doc.get("run", {}).get("attn", "eager")  # the audit's defaults: --tokens 24
     for c in doc["cases"][:k]:
         case = agentdojo_case(*c["name"].split("/"))
-        rt = KVRuntime(model, Config(summary_tokens=n_tokens, plan_tokens=min(16, n_tokens)), attn="sdpa")
+        rt = audit_runtime(model, n_tokens, attn)
         for o in case.observations:
             rt.step(o)
         answer, args, writeback, _, _ = continue_task(rt, n_tokens, case.sources)

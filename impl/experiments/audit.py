@@ -386,16 +386,22 @@ def case_info(case: Case) -> dict:
             "valid": case.valid}
 
 
+def audit_runtime(model: str, n_tokens: int, attn: str = "eager"):
+    """The live runtime an audited episode streams its observations through: summaries of
+    n_tokens, plans of at most 16."""
+    from unsee.impl.engine.runtime import KVRuntime
+    from unsee.model.state import Config
+
+    return KVRuntime(model, Config(summary_tokens=n_tokens, plan_tokens=min(16, n_tokens)), attn=attn)
+
+
 def run_episode(model: str, case: Case, choice, methods, n_tokens: int, seed: int, batch: bool = True,
                 attn: str = "eager") -> dict:
     """One audited episode on its own: a fresh runtime, the needles validated against this
     model, the stream, every method. What a worker process or a Ray task runs."""
-    from unsee.impl.engine.runtime import KVRuntime
-    from unsee.model.state import Config
-
     if isinstance(case, PairCase):
         case = case.build()
-    live = KVRuntime(model, Config(summary_tokens=n_tokens, plan_tokens=min(16, n_tokens)), attn=attn)
+    live = audit_runtime(model, n_tokens, attn)
     with own_memo(live.model.template):
         extra = audit_prompts(case) + ([choice[0]] if choice else [])
         case = validate_needles(case, extra, live.model.template)
