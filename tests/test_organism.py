@@ -104,10 +104,12 @@ def test_the_generators_mix_is_still_the_one_the_shipped_organisms_were_trained_
     assert long.hexdigest() == "1d1184b39d94aa441cdc5a45d90132d1d26220a9d14c2355d70e87776b83fae1"
 
 
-def test_the_long_tool_channel_is_agentdojo_sized_and_its_tool_call_follows_the_injection():
-    """long_tool_episode: long JSON results (lists of records with identifiers of their own),
-    the record the task needs marked; where an injection is, the tool call carries its
-    identifier, else the user's; removing the injection leaves valid JSON. Never drawn by the mix."""
+@pytest.mark.parametrize("family", [D.LONG, D.LONG_OPEN])
+def test_the_long_tool_channel_is_agentdojo_sized_and_its_tool_call_follows_the_injection(family):
+    """long_tool_episode, with the generator's identifiers or open ones: long JSON results (lists
+    of records with identifiers of their own), the record the task needs marked; where an
+    injection is, the tool call carries its identifier, else the user's; removing the injection
+    leaves valid JSON. Never drawn by the mix."""
     import json
 
     from unsee.impl.engine import organism_train as T
@@ -115,8 +117,8 @@ def test_the_long_tool_channel_is_agentdojo_sized_and_its_tool_call_follows_the_
     t = D.TextTemplate()
     lengths, injected, plans = [], 0, 0
     for s in range(30):
-        ep = D.episode(s, D.LONG)
-        assert ep.family == D.LONG and ep == D.episode(s, D.LONG)
+        ep = D.episode(s, family)
+        assert ep.family == family and ep == D.episode(s, family)
         seqs, _ = D.render(ep, t)
         lengths.append(max(len(ids) for ids, _ in seqs))
         bad = [f for f in ep.facts if f.kind == "inject"]
@@ -133,9 +135,40 @@ def test_the_long_tool_channel_is_agentdojo_sized_and_its_tool_call_follows_the_
                 assert want.startswith(bad[0].value if bad else ep.facts[0].value), (s, want)
     assert sorted(lengths)[15] > 1500 and max(lengths) > 3000, lengths  # words of a word template
     assert 12 <= injected <= 28 and plans >= 30
-    assert all(D.episode(s).family != D.LONG for s in range(200))
-    fams = [T.family_of(s, None, 0.5) for s in range(400)]
-    assert 150 < fams.count(D.LONG) < 250 and set(fams) == {D.LONG, None}
+    assert all(D.episode(s).family not in (D.LONG, D.LONG_OPEN) for s in range(200))
+    fams = [T.family_of(s, None, 0.5, family == D.LONG_OPEN) for s in range(400)]
+    assert 150 < fams.count(family) < 250 and set(fams) == {family, None}
+
+
+def test_the_open_long_channel_holds_no_identifier_from_the_generators_lists():
+    """With open ids, every e-mail address, URL and street address of the long channel (the
+    task's, the injected one and the filler records') is built from random words: none has a
+    domain, site or street of the generator's lists, so a model writes the injected one only by
+    copying it. The same seeds of the plain channel hold the lists' identifiers (the check sees them)."""
+    import re
+
+    def identifiers(ep):
+        text = "\n".join(p.text for o, _ in ep.steps for p in o.parts)
+        return re.findall(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+", text), re.findall(r"\b(?:https?://)?www\.[\w.-]+", text)
+
+    listed_domain = re.compile(r"@(%s)$" % "|".join(map(re.escape, D.DOMAINS)))
+    listed_site = re.compile(r"www\.(%s)-\d+\.com" % "|".join(map(re.escape, D.SITES)))
+    plain = [0, 0]
+    values = []
+    for s in range(40):
+        for family in (D.LONG, D.LONG_OPEN):
+            ep = D.episode(s, family)
+            mails, urls = identifiers(ep)
+            bad = sum(bool(listed_domain.search(m)) for m in mails) + sum(bool(listed_site.fullmatch(u)) for u in urls)
+            streets = sum(st in f.value for f in ep.facts for st in D.STREETS)
+            if family == D.LONG:
+                plain[0] += bad + streets
+                plain[1] += len(mails)
+                continue
+            assert bad == 0 and streets == 0, (s, mails, urls, ep.facts)
+            values += [f.value for f in ep.facts if f.kind != "iban"]
+    assert plain[0] > 100 and plain[1] > 100  # the plain channel's are the lists'
+    assert len(set(values)) == len(values) > 50  # drawn afresh: no two alike
 
 
 def test_the_digit_tokenizer_cuts_numbers_into_pairs_and_the_default_merges_them():

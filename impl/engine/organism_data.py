@@ -493,9 +493,43 @@ def _sentence(rng: random.Random) -> str:
                        f"Reminder: {w[0]} {w[1]} on {rng.randint(1, 28)} {rng.choice(MONTHS)}."))
 
 
-def _record(rng: random.Random, shape: str, i: int) -> dict:
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+TLDS = ("com", "org", "net", "io", "co", "ly", "info", "biz")
+
+
+def _word(rng: random.Random) -> str:
+    """A lower-case word in no list of the generator: random letters, or two syllables joined."""
+    if rng.random() < 0.5:
+        return "".join(rng.choice(LETTERS) for _ in range(rng.randint(3, 8)))
+    return "".join(rng.sample(SYLLABLES, 2)).lower()
+
+
+def open_value(rng: random.Random, kind: str) -> str:
+    """An identifier of `kind` shaped like the ones deployed agents meet (e-mail addresses with
+    dots, dashes and digits, URLs with or without a scheme and a path, street addresses) but built
+    from random words, so that no vocabulary of the generator holds it: a model writes it only by
+    copying it. IBANs and phone numbers are random digits already (`value`)."""
+    w = _word
+    if kind == "email":
+        local = rng.choice((lambda: w(rng), lambda: f"{w(rng)}.{w(rng)}", lambda: f"{w(rng)}.{w(rng)}-{rng.randint(1, 9999)}",
+                            lambda: f"{w(rng)}{rng.randint(1, 9999)}", lambda: w(rng) + w(rng).capitalize()))()
+        return f"{local}@{w(rng)}.{rng.choice(TLDS)}"
+    if kind == "url":
+        host = rng.choice((lambda: w(rng), lambda: f"{w(rng)}-{w(rng)}", lambda: f"{w(rng)}-{w(rng)}-{rng.randint(10, 999)}"))()
+        url = rng.choice(("www.", "https://", "https://www.", "")) + f"{host}.{rng.choice(TLDS)}"
+        if rng.random() < 0.4:
+            url += "/" + "".join(rng.choice(LETTERS + LETTERS.upper() + "0123456789") for _ in range(rng.randint(4, 9)))
+        return url
+    if kind == "address":
+        return f"{rng.randint(2, 999)} {w(rng).capitalize()} {rng.choice(('Street', 'Road', 'Avenue', 'Lane', 'Way'))}, " \
+               f"{w(rng).capitalize()}"
+    return value(rng, kind)
+
+
+def _record(rng: random.Random, shape: str, i: int, value=value) -> dict:
     """One filler record of a long tool result: an e-mail, a transaction, a file, a message or a
-    review, with identifiers of its own (IBANs, e-mail addresses) that are not facts."""
+    review, with identifiers of its own (IBANs, e-mail addresses) that are not facts, drawn by
+    `value` (the generator's vocabularies, or `open_value`)."""
     who = value(rng, "email")
     date = f"2024-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
     if shape == "email":
@@ -514,22 +548,26 @@ def _record(rng: random.Random, shape: str, i: int) -> dict:
             "rating": round(rng.uniform(2.5, 5), 1), "reviews": [_sentence(rng) for _ in range(rng.randint(1, 3))]}
 
 
+LONG = "long-tool"  # drawn only by name (a run's --long-share), never by the mix
+LONG_OPEN = "long-tool-open"  # the same with open identifiers (--long-share with --open-ids)
 TODO = {"pay": "this is the bill to pay", "mail": "reply to this one", "ship": "ship it here",
         "visit": "the website to visit"}
 LONG_TASKS = {"pay": ("transaction", "iban", "recipient"), "mail": ("email", "email", "sender"),
               "ship": ("file", "address", "content"), "visit": ("message", "url", "body")}
 
 
-def long_tool_episode(rng: random.Random, seed: int) -> Episode:
+def long_tool_episode(rng: random.Random, seed: int, open_ids: bool = False) -> Episode:
     """The tool channel at AgentDojo's lengths: a task, then one to three long JSON tool results
     (lists of e-mails, transactions, files, messages, reviews; 1,000–5,000 tokens in all) holding
     the identifier the task needs (in the record marked "todo") among others like it, and, in 70 % of the episodes, an injected
     instruction inside one record naming another identifier; the tool call after the results
     carries the injected identifier where there is one (the instruction is followed), else the
     user's. Not drawn by the generator's mix: only a run with a long share (`organism_train
-    --long-share`) draws it."""
+    --long-share`) draws it. With open_ids every identifier in it is `open_value`'s, in no
+    vocabulary of the generator (the family `LONG_OPEN`, drawn by `organism_train --open-ids`)."""
+    value = open_value if open_ids else globals()["value"]
     cfg = Config(summary_tokens=rng.choice((24, 16)), plan_tokens=16)
-    ep = Episode(seed, "long-tool", cfg)
+    ep = Episode(seed, LONG_OPEN if open_ids else LONG, cfg)
     ep.steps.append((Observation("system", (Part("sys", rng.choice(SYSTEMS[1:2] * 3 + SYSTEMS)),)), Intent("none")))
     if rng.random() < 0.7:
         q, a = OPENERS[1]
@@ -551,7 +589,7 @@ def long_tool_episode(rng: random.Random, seed: int) -> Episode:
     for i in range(n_results):
         last = i == n_results - 1
         rshape = shape if rng.random() < 0.6 else rng.choice(("email", "transaction", "file", "message", "review"))
-        recs = [_record(rng, rshape, j) for j in range(rng.randint(4, 22))]
+        recs = [_record(rng, rshape, j, value) for j in range(rng.randint(4, 22))]
         if last:  # the record the task needs, marked as the one (its peers hold identifiers too)
             k = rng.randrange(len(recs))
             recs[k] = dict(recs[k])
@@ -581,7 +619,6 @@ def long_tool_episode(rng: random.Random, seed: int) -> Episode:
 
 
 FAMILIES = (("memory", memory_episode, 0.6), ("preference", preference_episode, 0.2), ("tool", tool_episode, 0.2))
-LONG = "long-tool"  # drawn only by name (a run's --long-share), never by the mix
 
 
 def episode(seed: int, family: str | None = None) -> Episode:
@@ -594,6 +631,8 @@ def episode(seed: int, family: str | None = None) -> Episode:
                 break
     elif family == LONG:
         fn = long_tool_episode
+    elif family == LONG_OPEN:
+        return long_tool_episode(rng, seed, open_ids=True)
     else:
         fn = dict((n, f) for n, f, _ in FAMILIES)[family]
     return fn(rng, seed)

@@ -97,7 +97,7 @@ def held_out(model: str, episodes: int, start: int = EVAL_START, family: str | N
     kinds: dict[str, list] = {}
     for seed in range(start, start + episodes):
         ep = D.episode(seed, family)
-        rt = KVRuntime(model, ep.config, attn="sdpa" if family == D.LONG else "eager")
+        rt = KVRuntime(model, ep.config, attn="sdpa" if family in (D.LONG, D.LONG_OPEN) else "eager")
         tmpl = rt.model.template
         log: list = []
         _instrument(rt.model, log)
@@ -184,7 +184,8 @@ def training_lengths(model: str, episodes: int = 300, family: str | None = None)
             "max": lens[-1]}
 
 
-def evaluate(model: str = NAME, episodes: int = 60, audit_n: int = 6, copy_n: int = 0, long_n: int = 0) -> dict:
+def evaluate(model: str = NAME, episodes: int = 60, audit_n: int = 6, copy_n: int = 0, long_n: int = 0,
+             long_open_n: int = 0) -> dict:
     t0 = time.perf_counter()
     doc = {"model": model, "lengths": training_lengths(model), "held_out": held_out(model, episodes)}
     doc["held_out_seconds"] = round(time.perf_counter() - t0, 1)
@@ -193,6 +194,10 @@ def evaluate(model: str = NAME, episodes: int = 60, audit_n: int = 6, copy_n: in
         doc["lengths_long"] = training_lengths(model, 100, D.LONG)
         doc["held_out_long"] = held_out(model, long_n, family=D.LONG)
         doc["held_out_long_seconds"] = round(time.perf_counter() - t1, 1)
+    if long_open_n:
+        t1 = time.perf_counter()
+        doc["held_out_long_open"] = held_out(model, long_open_n, family=D.LONG_OPEN)
+        doc["held_out_long_open_seconds"] = round(time.perf_counter() - t1, 1)
     if copy_n:
         doc["copy"], doc["copy_n"] = copy_probe(model, copy_n), copy_n
     if audit_n:
@@ -235,6 +240,13 @@ def _capabilities(h: dict, measured_only: bool = False) -> list[str]:
 
 def _by_kind(h: dict) -> list[str]:
     return [f"| {k} | {_pct(v['rate'])} | {v['n']} |" for k, v in h.get("by_kind", {}).items()]
+
+
+def _long_section(hl: dict, what: str) -> list[str]:
+    """A card's section for held-out long tool transcripts: capabilities, then recall by kind."""
+    return ["", f"## Measured: held-out long tool transcripts {what}", "",
+            "| capability | rate | decodes | what is scored |", "| --- | --- | --- | --- |"] + \
+        _capabilities(hl, measured_only=True) + ["", "| kind | rate | decodes |", "| --- | --- | --- |"] + _by_kind(hl)
 
 
 def card(doc: dict, training: dict, name: str = NAME) -> str:
@@ -295,6 +307,8 @@ def card(doc: dict, training: dict, name: str = NAME) -> str:
             cmd.append(f"--offset {ph['episode_offset']}")
         if ph.get("long_share") is not None:
             cmd.append(f"--long-share {ph['long_share']}")
+        if ph.get("open_ids"):
+            cmd.append("--open-ids")
         if ph.get("max_len", MAX_LEN) != MAX_LEN:
             cmd.append(f"--max-len {ph['max_len']}")
         if i == 0 and ph.get("digit_tokens"):
@@ -341,7 +355,12 @@ def card(doc: dict, training: dict, name: str = NAME) -> str:
         "  of its own) at AgentDojo's lengths, the record the task needs marked, and in 70 % of them an injected",
         "  instruction inside one record; the tool call after them carries the injected identifier. Its records",
         "  and phrasings are the generator's own: nothing is taken from AgentDojo's environments or tasks.",
-    ] if any(ph.get("long_share") for ph in phases) else []) + [
+    ] if any(ph.get("long_share") for ph in phases) else []) + ([
+        "  A run with `--open-ids` draws every identifier of that channel (e-mail addresses, URLs, street",
+        "  addresses) from random words in none of the generator's lists (`open_value`), so that writing the",
+        "  injected one is copying it: with the lists alone, a model can write an identifier of the list's",
+        "  shape in its place and lose little.",
+    ] if any(ph.get("open_ids") for ph in phases) else []) + [
         "",
         f"## Measured: held-out transcripts ({h['episodes']} episodes, seeds from {h['first_seed']}, greedy, "
         "free-running through `KVRuntime`)",
@@ -358,12 +377,14 @@ def card(doc: dict, training: dict, name: str = NAME) -> str:
     ] + _by_kind(h)
     if "held_out_long" in doc:
         hl = doc["held_out_long"]
-        lines += ["", f"## Measured: held-out long tool transcripts ({hl['episodes']} episodes of the long tool channel, "
-                  f"seeds from {hl['first_seed']}, contexts of {doc['lengths_long']['median']} tokens median, up to "
-                  f"{doc['lengths_long']['max']})", "",
-                  "| capability | rate | decodes | what is scored |", "| --- | --- | --- | --- |"]
-        lines += _capabilities(hl, measured_only=True) + ["", "| kind | rate | decodes |", "| --- | --- | --- |"]
-        lines += _by_kind(hl)
+        lines += _long_section(hl, f"({hl['episodes']} episodes of the long tool channel, seeds from {hl['first_seed']}, "
+                               f"contexts of {doc['lengths_long']['median']} tokens median, up to "
+                               f"{doc['lengths_long']['max']})")
+    if "held_out_long_open" in doc:
+        hl = doc["held_out_long_open"]
+        lines += _long_section(hl, f"with open identifiers ({hl['episodes']} episodes of the long tool channel whose "
+                               f"identifiers are in no vocabulary of the generator, seeds from {hl['first_seed']}: "
+                               "a hit is a copy)")
     if "copy" in doc:
         lines += ["", f"## Measured: copying a value drawn afresh ({doc['copy_n']} draws per kind and mode, greedy)", "",
                   "\"repeat\": \"Repeat: <value>\"; \"lookup\": one key's value among two to four \"key value\" pairs. A hit",
@@ -396,6 +417,7 @@ def card(doc: dict, training: dict, name: str = NAME) -> str:
               "", "Examples of failures on the held-out transcripts:", ""] + (fails or ["- none recorded"])
     copy = f" --copy {doc['copy_n']}" if "copy" in doc else ""
     copy += f" --long {doc['held_out_long']['episodes']}" if "held_out_long" in doc else ""
+    copy += f" --long-open {doc['held_out_long_open']['episodes']}" if "held_out_long_open" in doc else ""
     lines += ["", f"Regenerate this card and `evaluation.json`: `python -m unsee.impl.engine.organism_evaluate --model {name} "
               f"--episodes {h['episodes']} --audit {doc.get('audit_n', 0)}{copy} --json {folder}/evaluation.json "
               f"--card {folder}/README.md`.", ""]
@@ -414,11 +436,13 @@ def main(argv=None) -> None:
     ap.add_argument("--copy", type=int, default=0, metavar="N", help="also probe copying, N draws each, for the card")
     ap.add_argument("--long", type=int, default=0, metavar="N",
                     help="also N held-out transcripts of the long tool channel (AgentDojo's lengths), for the card")
+    ap.add_argument("--long-open", type=int, default=0, metavar="N",
+                    help="also N held-out long tool transcripts whose identifiers are in no vocabulary of the generator")
     args = ap.parse_args(argv)
     if args.copy_probe:
         print(json.dumps({"model": args.model, "copy": copy_probe(args.model, args.copy_probe)}, indent=1))
         return
-    doc = evaluate(args.model, args.episodes, args.audit, args.copy, args.long)
+    doc = evaluate(args.model, args.episodes, args.audit, args.copy, args.long, args.long_open)
     text = json.dumps(doc, indent=1)
     if args.json:
         args.json.write_text(text + "\n")

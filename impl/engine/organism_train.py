@@ -71,26 +71,27 @@ def new_model(vocab: int, seed: int = 0, attn: str = "eager"):
     return LlamaForCausalLM(cfg)
 
 
-def family_of(seed: int, tool_share: float | None, long_share: float | None = None) -> str | None:
+def family_of(seed: int, tool_share: float | None, long_share: float | None = None, open_ids: bool = False) -> str | None:
     """The family of training episode `seed`: the generator's mix (None), or, with tool_share,
     the tool channel for that share of the episodes (drawn from the seed alone) and the mix
     for the rest; with long_share, first that share from the long tool channel
-    (`organism_data.long_tool_episode`)."""
+    (`organism_data.long_tool_episode`; with open_ids its variant whose identifiers are in no
+    vocabulary of the generator, `organism_data.LONG_OPEN`)."""
     import random
 
     if long_share is not None and random.Random(f"long:{seed}").random() < long_share:
-        return D.LONG
+        return D.LONG_OPEN if open_ids else D.LONG
     if tool_share is None:
         return None
     return "tool" if random.Random(f"family:{seed}").random() < tool_share else None
 
 
 def sequences(template, seeds, max_len: int = MAX_LEN, tool_share: float | None = None,
-              long_share: float | None = None):
+              long_share: float | None = None, open_ids: bool = False):
     """Every training sequence of these episodes: (token ids, loss weights), cut to max_len."""
     out = []
     for s in seeds:
-        done, _ = D.render(D.episode(s, family_of(s, tool_share, long_share)), template)
+        done, _ = D.render(D.episode(s, family_of(s, tool_share, long_share, open_ids)), template)
         out += [(ids[:max_len], w[:max_len]) for ids, w in done]
     return out
 
@@ -181,7 +182,8 @@ def setup(threads: int = 1) -> None:
 def train(out: Path | None, steps: int, per_step: int = 8, minutes: float | None = None, lr: float = 3e-3,
           warmup: int = 50, tokenizer=None, log_every: int = 50, seed: int = 0, log=print, init: Path | None = None,
           copy: int = 0, tool_share: float | None = None, offset: int | None = None, threads: int = 1,
-          attn: str = "eager", digits: bool = False, long_share: float | None = None, max_len: int = MAX_LEN) -> dict:
+          attn: str = "eager", digits: bool = False, long_share: float | None = None, max_len: int = MAX_LEN,
+          open_ids: bool = False) -> dict:
     """Train and (when `out`) save weights, tokenizer and a training record. Returns the record.
     `threads` and `attn` change the arithmetic (the order of float operations), so the same
     recipe under another setting gives other weights; each setting is deterministic on its own."""
@@ -215,7 +217,7 @@ def train(out: Path | None, steps: int, per_step: int = 8, minutes: float | None
         for g in opt.param_groups:
             g["lr"] = schedule(step, steps, lr, warmup)
         first = seed * 10**9 + base + step * per_step
-        seqs = sequences(template, range(first, first + per_step), max_len, tool_share, long_share) + \
+        seqs = sequences(template, range(first, first + per_step), max_len, tool_share, long_share, open_ids) + \
             copy_sequences(template, copy_base + step, copy)
         total = sum(sum(ws[1:]) for _, ws in seqs)
         opt.zero_grad(set_to_none=True)
@@ -239,7 +241,7 @@ def train(out: Path | None, steps: int, per_step: int = 8, minutes: float | None
               "seconds": round(time.perf_counter() - started, 1), "final_loss": sum(losses[-50:]) / max(1, len(losses[-50:])),
               "torch": torch.__version__, "threads": torch.get_num_threads(), "attn": attn, "max_len": max_len,
               "vocab": len(tok), "arch": ARCH, "init": None if init is None else str(init), "copy_per_step": copy,
-              "tool_share": tool_share, "long_share": long_share, "episode_offset": offset, "digit_tokens": _digit_tokens(tok),
+              "tool_share": tool_share, "long_share": long_share, "open_ids": open_ids, "episode_offset": offset, "digit_tokens": _digit_tokens(tok),
               "parameters": sum(p.numel() for p in model.parameters())}
     if out is not None:
         save(out, model, tok, record)
@@ -284,13 +286,17 @@ def main(argv=None) -> None:
                     help="a new tokenizer cuts numbers into pairs of digits, a token each (only without --init)")
     ap.add_argument("--long-share", type=float, default=None,
                     help="draw this share of the episodes from the long tool channel (AgentDojo's lengths)")
+    ap.add_argument("--open-ids", action="store_true",
+                    help="the long tool channel's identifiers drawn in no vocabulary of the generator (organism_data.open_value)")
     ap.add_argument("--max-len", type=int, default=MAX_LEN, help="cut training sequences to this many tokens")
     args = ap.parse_args(argv)
+    if args.open_ids and args.long_share is None:
+        ap.error("--open-ids changes the long tool channel: give --long-share too")
     if args.digits and args.init is not None:
         ap.error("--digits builds a new tokenizer; a continuation keeps the one of --init")
     rec = train(args.out, args.steps, args.per_step, args.minutes, args.lr, args.warmup, init=args.init, copy=args.copy,
                 tool_share=args.tool_share, offset=args.offset, threads=args.threads, attn=args.attn,
-                digits=args.digits, long_share=args.long_share, max_len=args.max_len)
+                digits=args.digits, long_share=args.long_share, max_len=args.max_len, open_ids=args.open_ids)
     print(f"saved {args.out} after {rec['steps']} steps in {rec['seconds']:.0f} s, final loss {rec['final_loss']:.4f}")
 
 
