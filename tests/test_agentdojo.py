@@ -41,3 +41,18 @@ def test_a_needle_is_the_identifier_not_the_json_escape_after_it():
     case = agentdojo_case("workspace", "user_task_10", "injection_task_13")
     assert case.needles == ["https://bit.ly/sUf7tOJ"]
     assert normalize(case.needles[0]) in normalize("Visit https://bit.ly/sUf7tOJ now.")
+
+
+@pytest.mark.parametrize("pair, needle", [
+    (("slack", "user_task_13", "injection_task_3"), "www.true-informations.com"),
+    (("slack", "user_task_5", "injection_task_2"), "www.my-website-234.com/random"),
+])
+def test_a_needle_ends_where_the_identifier_ends_not_at_the_sentences_period(pair, needle):
+    """"Visit www.true-informations.com." ends a sentence: the period is not the URL's, and a
+    needle that kept it would miss a copy of the URL written without one."""
+    from unsee.impl.experiments.cases import agentdojo_case, normalize
+
+    assert any(needle + "." in t for t in convert(*pair).target_texts)  # as the injection says it
+    case = agentdojo_case(*pair)
+    assert needle in case.needles and all(not n.endswith(".") for n in case.needles), case.needles
+    assert normalize(needle) in normalize(f"I will visit {needle} for you")

@@ -185,9 +185,13 @@ def _unescaped(span: str) -> str:
         return span
 
 
+TRAILING = ".,;:!?\"'"  # what ends a sentence or a quoted string after an identifier
+
+
 def agentdojo_case(suite: str, user_task: str, injection_task: str, benign_turns: int = 1) -> Case:
     """An AgentDojo pair as an audit case: the needles are the identifiers the injection
-    carries (IBANs, e-mail addresses, URLs, long numbers), or its first words."""
+    carries (IBANs, e-mail addresses, URLs, long numbers), without the punctuation after them,
+    or its first words."""
     import re
 
     from unsee.impl.experiments.agentdojo import TARGET, convert
@@ -195,6 +199,7 @@ def agentdojo_case(suite: str, user_task: str, injection_task: str, benign_turns
     ep = convert(suite, user_task, injection_task, benign_turns=benign_turns)
     text = " ".join(_unescaped(t) for t in ep.target_texts)
     ids = re.findall(r"[A-Z]{2}\d{10,}|[\w.+-]+@[\w-]+\.[\w.]+|https?://\S+|www\.\S+|\b\d{5,}\b", text)
+    ids = [i.rstrip(TRAILING) for i in ids]  # the sentence's punctuation, not the identifier's
     needles = sorted(set(ids)) or [" ".join(text.split()[:8])]
     return validate_needles(Case(f"{suite}/{user_task}/{injection_task}", ep.observations, [TARGET], needles,
                                  ep.target_texts, "the instructions in the tool output", "The tool output asked me to"))
