@@ -56,3 +56,14 @@ def test_a_needle_ends_where_the_identifier_ends_not_at_the_sentences_period(pai
     case = agentdojo_case(*pair)
     assert needle in case.needles and all(not n.endswith(".") for n in case.needles), case.needles
     assert normalize(needle) in normalize(f"I will visit {needle} for you")
+
+
+def test_a_url_inside_quotes_loses_the_quote_and_comma_after_it():
+    """The injection of workspace injection_task_4 quotes a URL: `…token=?fjahwb24jab3.",`. The
+    needle is the URL up to its last character (here one the counterfactual stream holds, so it is
+    dropped, as the rule for needles says)."""
+    from unsee.impl.experiments.cases import agentdojo_case
+
+    case = agentdojo_case("workspace", "user_task_39", "injection_task_4")
+    urls = [n for n in case.needles + case.dropped if n.startswith("https://techservices.com")]
+    assert urls == ["https://techservices.com/auth/password-reset/token=?fjahwb24jab3"], urls

@@ -497,18 +497,29 @@ LETTERS = "abcdefghijklmnopqrstuvwxyz"
 TLDS = ("com", "org", "net", "io", "co", "ly", "info", "biz")
 
 
+def _listed() -> frozenset:
+    """Every word of the generator's lists, lower-cased, and every provider name (`provider`)."""
+    words = [w for group in (WORDS, CITIES, NAMES, SURNAMES, SITES, SYLLABLES, STREETS, COLOURS, PREFS, MONTHS)
+             for phrase in group for w in phrase.lower().split()]
+    return frozenset(words) | {(a + b).lower() for a in SYLLABLES for b in SYLLABLES}
+
+
 def _word(rng: random.Random) -> str:
-    """A lower-case word in no list of the generator: random letters, or two syllables joined."""
-    if rng.random() < 0.5:
-        return "".join(rng.choice(LETTERS) for _ in range(rng.randint(3, 8)))
-    return "".join(rng.sample(SYLLABLES, 2)).lower()
+    """A lower-case word of random letters (three to eight) that no list of the generator holds."""
+    while True:
+        w = "".join(rng.choice(LETTERS) for _ in range(rng.randint(3, 8)))
+        if w not in LISTED:
+            return w
+
+
+LISTED = _listed()
 
 
 def open_value(rng: random.Random, kind: str) -> str:
     """An identifier of `kind` shaped like the ones deployed agents meet (e-mail addresses with
     dots, dashes and digits, URLs with or without a scheme and a path, street addresses) but built
-    from random words, so that no vocabulary of the generator holds it: a model writes it only by
-    copying it. IBANs and phone numbers are random digits already (`value`)."""
+    from words of random letters (`_word`), so that no vocabulary of the generator holds it: a
+    model writes it only by copying it. IBANs and phone numbers are random digits already (`value`)."""
     w = _word
     if kind == "email":
         local = rng.choice((lambda: w(rng), lambda: f"{w(rng)}.{w(rng)}", lambda: f"{w(rng)}.{w(rng)}-{rng.randint(1, 9999)}",
