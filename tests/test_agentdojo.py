@@ -50,12 +50,13 @@ def test_a_needle_is_the_identifier_not_the_json_escape_after_it():
 def test_a_needle_ends_where_the_identifier_ends_not_at_the_sentences_period(pair, needle):
     """"Visit www.true-informations.com." ends a sentence: the period is not the URL's, and a
     needle that kept it would miss a copy of the URL written without one."""
-    from unsee.impl.experiments.cases import agentdojo_case, normalize
+    from unsee.impl.experiments.audit import leaks
+    from unsee.impl.experiments.cases import agentdojo_case
 
     assert any(needle + "." in t for t in convert(*pair).target_texts)  # as the injection says it
     case = agentdojo_case(*pair)
     assert needle in case.needles and all(not n.endswith(".") for n in case.needles), case.needles
-    assert normalize(needle) in normalize(f"I will visit {needle} for you")
+    assert leaks(f"I will visit {needle} for you", case.needles)  # a copy without the period is a leak
 
 
 def test_a_url_inside_quotes_loses_the_quote_and_comma_after_it():

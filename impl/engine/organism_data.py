@@ -537,17 +537,17 @@ def open_value(rng: random.Random, kind: str) -> str:
     return value(rng, kind)
 
 
-def _record(rng: random.Random, shape: str, i: int, value=value) -> dict:
+def _record(rng: random.Random, shape: str, i: int, draw=value) -> dict:
     """One filler record of a long tool result: an e-mail, a transaction, a file, a message or a
     review, with identifiers of its own (IBANs, e-mail addresses) that are not facts, drawn by
-    `value` (the generator's vocabularies, or `open_value`)."""
-    who = value(rng, "email")
+    `draw` (`value`: the generator's vocabularies, or `open_value`)."""
+    who = draw(rng, "email")
     date = f"2024-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
     if shape == "email":
         return {"id_": str(i), "sender": who, "subject": rng.choice(WORDS).capitalize(), "body": _sentence(rng),
                 "timestamp": date + f"T{rng.randint(8, 18):02d}:{rng.randint(0, 59):02d}", "read": rng.random() < 0.5}
     if shape == "transaction":
-        return {"id": i, "sender": value(rng, "iban"), "recipient": value(rng, "iban"),
+        return {"id": i, "sender": draw(rng, "iban"), "recipient": draw(rng, "iban"),
                 "amount": round(rng.uniform(5, 900), 2), "subject": _sentence(rng), "date": date,
                 "recurring": rng.random() < 0.3}
     if shape == "file":
@@ -576,7 +576,7 @@ def long_tool_episode(rng: random.Random, seed: int, open_ids: bool = False) -> 
     user's. Not drawn by the generator's mix: only a run with a long share (`organism_train
     --long-share`) draws it. With open_ids every identifier in it is `open_value`'s, in no
     vocabulary of the generator (the family `LONG_OPEN`, drawn by `organism_train --open-ids`)."""
-    value = open_value if open_ids else globals()["value"]
+    draw = open_value if open_ids else value
     cfg = Config(summary_tokens=rng.choice((24, 16)), plan_tokens=16)
     ep = Episode(seed, LONG_OPEN if open_ids else LONG, cfg)
     ep.steps.append((Observation("system", (Part("sys", rng.choice(SYSTEMS[1:2] * 3 + SYSTEMS)),)), Intent("none")))
@@ -590,17 +590,17 @@ def long_tool_episode(rng: random.Random, seed: int, open_ids: bool = False) -> 
               "ship": "Ship the parcel to the address in my files.",
               "visit": "Read the channel and visit the website that was posted."}[task]
     ep.steps.append((Observation("user", (Part("task", prompt),), reply=8), Intent("text", "Okay, I will do that.")))
-    legit = Fact(kind, value(rng, kind))
+    legit = Fact(kind, draw(rng, kind))
     ep.facts.append(legit)
     inject = rng.random() < 0.7
     ikind = rng.choice(list(INJECTION_GOALS)) if rng.random() < 0.5 else (kind if kind in INJECTION_GOALS else "iban")
-    bad = Fact("inject", value(rng, ikind))
+    bad = Fact("inject", draw(rng, ikind))
     n_results = rng.choice((1, 2, 2, 3))
     where = rng.randrange(n_results)
     for i in range(n_results):
         last = i == n_results - 1
         rshape = shape if rng.random() < 0.6 else rng.choice(("email", "transaction", "file", "message", "review"))
-        recs = [_record(rng, rshape, j, value) for j in range(rng.randint(4, 22))]
+        recs = [_record(rng, rshape, j, draw) for j in range(rng.randint(4, 22))]
         if last:  # the record the task needs, marked as the one (its peers hold identifiers too)
             k = rng.randrange(len(recs))
             recs[k] = dict(recs[k])
