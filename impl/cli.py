@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sqlite3
 import sys
 import time
 from enum import Enum
@@ -258,32 +259,34 @@ def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observa
     from unsee.impl.store.sqlite import Store
     from unsee.model import Config, UnseeError
 
+    store = None
     try:
         stream = parse_episode(episode, max_new_tokens)  # every line is checked before anything is written
-        if db.exists():
-            existing = Store(db)
-            try:
-                if existing.has_session():
-                    raise UnseeError(f"{db} already holds a session; forget from it or pick a new --db path")
-            finally:
-                existing.close()
+        store = Store(db, create=True)  # claims the path atomically: an existing file is never replaced
         rt = make_runtime(model, Config(sampling=seed is not None, seed=seed), policy.value,
                           kv_pages=kv_pages is KvPages.keep)
-    except (UnseeError, ValueError) as e:
-        _fail(e)
-    with _progress() as p:
-        task = p.add_task(f"run {episode.name} on {model}", total=len(stream))
-        for obs in stream:
-            rt.step(obs)
-            p.advance(task)
-    store = Store(db, create=True)
-    try:
+        with _progress() as p:
+            task = p.add_task(f"run {episode.name} on {model}", total=len(stream))
+            for obs in stream:
+                rt.step(obs)
+                p.advance(task)
         store.save(rt.session, model, dict(rt.digest()))
         n_pages, page_bytes, page_tokens = store.page_bytes()
-    finally:
+        identity = json.loads(store.meta("identity"))
         store.close()
+    except BaseException as e:
+        if store is not None:  # the path was claimed by this run: give it back
+            store.close()
+            for suffix in ("", "-journal", ".lock"):
+                Path(str(db) + suffix).unlink(missing_ok=True)
+        if isinstance(e, (UnseeError, ValueError)):
+            _fail(e)
+        raise
     out.print(f"stored T={rt.session.T} transitions, {len(rt.session.checkpoints)} checkpoints, "
               f"{len(rt.session.state.artifacts)} artifacts in {db}")
+    if "weights_sha256" in identity:
+        out.print(f"settings: {identity['dtype']}, {identity['attn']} attention, {identity['threads']} thread(s) on "
+                  f"{identity['device']} (every later forget and check runs under these)")
     if n_pages:
         out.print(f"K/V pages: {n_pages} blocks, {page_tokens} tokens, {page_bytes / 1e6:.1f} MB "
                   f"({page_bytes / page_tokens / 1e3:.1f} KB per token); capture "
@@ -317,6 +320,8 @@ def forget(db: Path = typer.Option(..., help="The session store."),
             rt, doc = forget_stored(store, list(source), method)
     except (UnseeError, ValueError) as e:
         _fail(e)
+    except sqlite3.Error as e:
+        _fail(UnseeError(f"{db}: {e}; the store holds the session as it was before this forget"))
     finally:
         if store is not None:
             store.close()
@@ -331,6 +336,9 @@ def forget(db: Path = typer.Option(..., help="The session store."),
     out.print(table)
     for c in doc["compensation"]:
         console.print(f"[yellow]needs compensation[/yellow] {c['call_id']} ({c['tool']}): {c['reason']}")
+    if doc["pages_recomputed"]:
+        console.print(f"[yellow]{len(doc['pages_recomputed'])} stored K/V page(s) failed their digest and were "
+                      "recomputed from the verified tokens[/yellow] (counted in tokens_rematerialized)")
     trace = getattr(rt, "last_trace", None)  # the engine's event log (a real model), checked against the spec
     if trace is not None:
         violations = [str(v) for v in trace.violations()]
@@ -346,8 +354,11 @@ def forget(db: Path = typer.Option(..., help="The session store."),
 
 @app.command()
 def check(db: Path = typer.Option(..., help="The session store."),
+          fast: bool = typer.Option(False, "--fast", help="Verify every stored byte against its digest (K/V "
+                                    "pages included) without the full reset."),
           json_path: Optional[Path] = typer.Option(None, "--json", help="Write the report here.")) -> None:
-    """Re-derive the state by a full reset from the stored log and compare every layer."""
+    """Verify the store's digests, then re-derive the state by a full reset from the stored log
+    and compare every layer."""
     from unsee.impl.store.session import check_store
     from unsee.impl.store.sqlite import Store
     from unsee.model import UnseeError
@@ -358,14 +369,30 @@ def check(db: Path = typer.Option(..., help="The session store."),
         for note in (store.recovered, store.migrated and f"migrated {db}: {store.migrated}"):
             if note:
                 console.print(f"[yellow]{note}[/yellow]")
-        with _progress() as p:
-            task = p.add_task("full reset from the log", total=store.length())
-            doc = check_store(store, on_step=lambda: p.advance(task))
+        if fast:
+            doc = check_store(store, fast=True)
+        else:
+            with _progress() as p:
+                task = p.add_task("full reset from the log", total=store.length())
+                doc = check_store(store, on_step=lambda: p.advance(task))
     except (UnseeError, ValueError) as e:
         _fail(e)
+    except sqlite3.Error as e:
+        _fail(UnseeError(f"{db}: {e}"))
     finally:
         if store is not None:
             store.close()
+    if fast:
+        bad = doc["pages_damaged"]
+        out.print(f"[green]verified[/green] T={doc['T']}: every row and {doc['pages'] - len(bad)} of {doc['pages']} "
+                  "K/V pages match their digests (no full reset run; `unsee check` without --fast re-derives the state)")
+        for page in bad[:20]:
+            console.print(f"  [yellow]K/V page {page['key']} (born at turn {page['born']}) fails its digest[/yellow]: "
+                          "a forget recomputes it from the verified tokens")
+        _write_json(doc, json_path)
+        if bad:
+            raise typer.Exit(1)
+        return
     mismatches = doc["mismatches"]
     out.print(f"[{'green' if doc['exact'] else 'red'}]exact={doc['exact']}[/] T={doc['T']}, "
               f"{len(mismatches)} mismatching layers")

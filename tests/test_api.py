@@ -36,7 +36,7 @@ def test_step_forget_check_with_the_model_kept_loaded(tmp_path, model):
 def test_create_refuses_an_existing_session(tmp_path):
     db = tmp_path / "agent.db"
     Agent.create(db, model="reference").close()
-    with pytest.raises(StoreError, match="already holds a session"):
+    with pytest.raises(StoreError, match="already exists"):
         Agent.create(db, model="reference")
 
 

@@ -32,7 +32,7 @@ def test_run_forget_check_across_processes(tmp_path, model):
     report = tmp_path / "c.json"
     unsee("check", "--db", db, "--json", report)
     c = json.loads(report.read_text())
-    assert c == {"exact": True, "T": 7, "mismatches": []}
+    assert c == {"exact": True, "verified": True, "T": 7, "mismatches": []}
 
 
 def test_check_detects_a_tampered_store(tmp_path):
@@ -46,6 +46,16 @@ def test_check_detects_a_tampered_store(tmp_path):
     con.execute("UPDATE deltas SET body = ? WHERE t = 7", (json.dumps(body),))
     con.commit()
     con.close()
+    p = unsee("check", "--db", db, check=False)
+    assert p.returncode == 2 and "deltas row(s) of turn 7 do not match their digest" in p.stdout + p.stderr
+    # a writer that sealed a wrong state under valid digests: the re-derivation still sees it
+    from unsee.impl.store.sqlite import Store
+
+    st = Store(db)
+    st.db.execute("BEGIN IMMEDIATE")
+    st._seal(0)
+    st.db.execute("COMMIT")
+    st.close()
     p = unsee("check", "--db", db, check=False)
     assert p.returncode == 1 and "transcript" in p.stdout + p.stderr
 

@@ -132,7 +132,7 @@ def test_forget_through_the_store_is_bit_exact_against_a_full_reset(tmp_path):
     eq = compare(fresh, twin)
     del eq["world"]  # what fired in the real world stays fired; the twin never fired it
     assert all(eq.values()), eq
-    st.save(fresh.session, "tiny-qwen2", dict(receipt.digests), since=receipt.checkpoint)
+    st.save(fresh.session, "tiny-qwen2", dict(receipt.digests), since=receipt.checkpoint, expect=fresh.root)
     again = open_runtime(st)  # the pages written by the forget restore the new trajectory
     for c in again.session.checkpoints:
         r = again.session.states[c.boundary]

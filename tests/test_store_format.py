@@ -88,7 +88,7 @@ def test_a_forget_decodes_only_the_states_it_needs(tmp_path):
         st, opened, _ = stored_and_opened(tmp_path, T)
         deltas = opened.session.states.deltas
         assert len(deltas.cache) == 0  # every stored state already says its cache is absent
-        live, doc = forget_stored(st, ["z"], rt=opened, head=st.meta("chain_head"))
+        live, doc = forget_stored(st, ["z"], rt=opened, head=st.root())
         built[T] = len(deltas.cache)
         assert doc["transitions"] == 12
         twin = twin_of(T)
@@ -115,7 +115,7 @@ def test_a_forget_builds_and_compares_only_the_suffixs_source_sets(tmp_path, mon
         st, opened, _ = stored_and_opened(tmp_path, T)
         stored = [a for a in opened.session.state.artifacts if isinstance(a, StoredArtifact) and a.parents]
         compared.clear()
-        live, _ = forget_stored(st, ["z"], rt=opened, head=st.meta("chain_head"))
+        live, _ = forget_stored(st, ["z"], rt=opened, head=st.root())
         built = sum("source_ids" in a.__dict__ for a in stored)
         counts[T] = (built, len(compared))
         twin = twin_of(T)
@@ -177,7 +177,7 @@ def test_a_forget_hands_its_freed_pages_back_and_an_open_writes_nothing(tmp_path
     Store(db).close()
     assert db.read_bytes() == before  # an open that only reads leaves the file as it was
     st = Store(db)
-    forget_stored(st, ["z"], rt=open_runtime(st), head=st.meta("chain_head"))
+    forget_stored(st, ["z"], rt=open_runtime(st), head=st.root())
     st.close()
     assert db.stat().st_size < len(before) - 20_000  # the target's pages left the file
     con = sqlite3.connect(db)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from transformers import AttentionInterface, DynamicCache
 
-from unsee.impl.engine.pages import PageKeys, page_layout
+from unsee.impl.engine.pages import ROOT, PageKeys, page_layout
 from unsee.model.session import UnseeError
 from unsee.specs.traces import Append, Begin, Commit, Crop, Forward, RebuildBegin, RebuildEnd, Reset, StepEnd
 
@@ -712,6 +712,17 @@ class TorchLM:
 
     def page_layout(self) -> dict:
         return page_layout(self.engine.rows(0, 1))
+
+    def identity(self) -> dict:
+        """Everything besides the log that decides the bits of a state: a store records it and
+        every later process must match it (unsee.impl.store.sqlite.identity_of)."""
+        import transformers
+
+        b = self.bundle
+        return {"weights_sha256": b.weights_sha256(), "dtype": str(b.dtype).removeprefix("torch."),
+                "attn": getattr(b.model.config, "_attn_implementation", None), "threads": self.engine.threads,
+                "device": self.engine.device.type, "layout": self.page_layout(), "schedule": ROOT,
+                "torch": torch.__version__, "transformers": transformers.__version__}
 
     def select(self, kv: KVRef, positions) -> KVRef:
         self._live(kv)

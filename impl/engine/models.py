@@ -121,6 +121,13 @@ class Bundle:
     load_seconds: float = 0.0  # wall time of load(), conversion or cache read included
     cached: bool = False  # True when the weights came from the converted-weights cache
 
+    def weights_sha256(self) -> str:
+        """`weights_digest` of the model, computed once (a cache read has computed it already)."""
+        digest = getattr(self.model, "unsee_weights_sha256", None)
+        if digest is None:
+            digest = self.model.unsee_weights_sha256 = weights_digest(self.model)
+        return digest
+
 
 def pick_device(device: str | None) -> torch.device:
     if device:
@@ -300,6 +307,7 @@ def read_entry(entry: Path, dtype: torch.dtype, attn: str):
     tok = tok_class.from_pretrained(entry, local_files_only=True)
     if weights_digest(model) != manifest.get("weights_sha256"):
         raise CorruptCacheEntry(f"{entry}: weights differ from the ones converted")
+    model.unsee_weights_sha256 = manifest["weights_sha256"]
     if tokenizer_digest(tok) != manifest.get("tokenizer_sha256"):
         raise CorruptCacheEntry(f"{entry}: tokenizer differs from the one converted")
     return model, tok
@@ -403,7 +411,7 @@ _CACHE: dict = {}
 
 def load(name: str, dtype: str = "float32", device: str | None = None, attn: str = "eager") -> Bundle:
     """tiny-llama | tiny-qwen2 | tiny-mistral | recall-tiny | recall-tiny-2 | recall-tiny-3 | smollm2 | a local folder | a .gguf file."""
-    key = (name, dtype, device, attn)
+    key = (name, dtype, pick_device(device).type, attn)  # "cpu" and the default on a CPU machine are one load
     if key in _CACHE:
         return _CACHE[key]
     started = time.perf_counter()

@@ -15,22 +15,48 @@ from unsee.model.session import UnseeError
 from unsee.model.state import Config
 
 
+def stored_settings(store) -> dict:
+    """The execution settings a store was run with, as make_runtime's keywords."""
+    stored = json.loads(store.meta("identity", "{}"))
+    settings = {"dtype": stored.get("dtype", store.meta("dtype", "float32"))}
+    if store.meta("model") != "reference":
+        settings.update({k: stored[k] for k in ("attn", "threads", "device") if k in stored})
+    return settings
+
+
 def open_runtime(store, **kw) -> ReferenceRuntime:
-    """A runtime holding the stored session; no cache is resident until a forget restores one,
-    from the store's K/V pages where it keeps them."""
+    """A runtime holding the stored session, verified row by row, on the model and execution
+    settings the store was run with (weights, dtype, attention kernel, threads, device): anything
+    else would not reproduce its states, so it is refused. No cache is resident until a forget
+    restores one, from the store's K/V pages where it keeps them."""
     from unsee.impl.store import StoreError, with_live_cache
+    from unsee.impl.store.sqlite import identity_of
 
     model = store.meta("model")
     pages = store.meta("kv_pages")
-    kw = {"kv_pages": pages is not None, "dtype": store.meta("dtype", "float32"), **kw}
-    rt = make_runtime(model, Config(), store.meta("policy"), **kw)
+    stored = json.loads(store.meta("identity", "{}"))
+    settings = stored_settings(store)
+    kw = {"kv_pages": pages is not None, **settings, **kw}
+    session = store.load(None)  # verified before a model is loaded for it
+    root = store.loaded_root
+    try:
+        rt = make_runtime(model, Config(), store.meta("policy"), **kw)
+    except RuntimeError as e:  # e.g. a CUDA store opened where there is no CUDA device
+        raise StoreError(f"{store.path} was run with {settings}, which this machine cannot load ({e})") from e
+    ours = identity_of(rt.model, model)
+    differ = sorted(k for k in stored if k in ours and stored[k] != ours[k])
+    if differ:
+        raise StoreError(f"{store.path} was run with " + ", ".join(f"{k}={stored[k]!r}" for k in differ)
+                         + "; this process would run " + ", ".join(f"{k}={ours[k]!r}" for k in differ)
+                         + ": forgetting under other settings would not reproduce its states")
     if pages is not None:
         if json.loads(pages) != rt.model.page_layout():
             raise StoreError(f"the K/V pages in {store.path} have layout {pages}, but {model} loads as "
                              f"{rt.model.page_layout()}: open it with the dtype it was run with")
         rt.model.page_source = store.page_reader(rt.model.engine.device)
-    rt.session = with_live_cache(store.load(rt.model))
+    rt.session = with_live_cache(replace(session, lm=rt.model))
     rt.config = rt.session.config
+    rt.root = root
     return rt
 
 
@@ -43,16 +69,28 @@ def receipt_json(r) -> dict:
             "digests": r.digests, "compensation": list(r.compensation), "deduplicated": list(r.deduplicated)}
 
 
-def check_store(store, on_step=None) -> dict:
-    """Re-derive the stored session by a full reset from its (sanitized) log and compare every
-    layer: the final digests, the last receipt's, and each stored R_t's non-cache layers."""
+def check_store(store, on_step=None, fast: bool = False) -> dict:
+    """Re-derive the stored session by a full reset from its (sanitized) log, under the stored
+    (verified) configuration and execution settings, and compare every layer: the final digests,
+    the last receipt's and each stored R_t's non-cache layers (the side-effect ledger, which
+    holds what fired, is covered by the digests). `fast`:
+    verify every digest, every K/V page's included, without the reset."""
     from unsee.model.lm import REFERENCE
     from unsee.model.state import layer_digests
 
+    if fast:
+        store.db.execute("BEGIN")
+        try:
+            root = store.verify(pages=True)
+            pages = store.db.execute("SELECT COUNT(*) FROM pages").fetchone()[0]
+        finally:
+            store.db.execute("COMMIT")
+        return {"exact": None, "verified": True, "T": store.length(), "pages": pages, "root": root, "mismatches": [],
+                "pages_damaged": [{"key": k, "born": born} for k, born in store.damaged_pages]}
     stored = open_runtime(store)
     s = stored.session
     model = store.meta("model")
-    fresh = make_runtime(model, s.config, s.policy, kv_pages=False, dtype=store.meta("dtype", "float32"))
+    fresh = make_runtime(model, s.config, s.policy, kv_pages=False, **stored_settings(store))
     for obs in s.observations:
         fresh.step(obs)
         if on_step:
@@ -77,7 +115,7 @@ def check_store(store, on_step=None) -> dict:
         for k in da:
             if k != "kv" and da[k] != db_[k]:
                 mismatches.append({"layer": k, "t": t})
-    return {"exact": not mismatches, "T": s.T, "mismatches": mismatches}
+    return {"exact": not mismatches, "verified": True, "T": s.T, "mismatches": mismatches}
 
 
 @contextmanager
@@ -99,10 +137,11 @@ def forget_stored(store, sources, method: str = "B7", rt=None, head: str | None 
                   ) -> tuple[ReferenceRuntime, dict]:
     """Forget `sources` from a stored session under the store's lock and persist the result
     and its receipt in one transaction (only what follows the splice point is rewritten).
-    `rt`: a runtime already holding the stored session whose log ends at chain head `head`
-    (an agent that stays up); if the store moved on since, or none is given, one is opened."""
+    `rt`: a runtime already holding the stored session whose store had root `head` (an agent
+    that stays up); if the store moved on since, or none is given, one is opened (verified)."""
     import time
 
+    store.verify()  # a damaged store is refused before anything else is read from it
     for src in sources:  # checked before anything is written
         if store.is_forgotten(src):
             raise UnseeError(f"source {src!r} was already forgotten from {store.path}; nothing to do")
@@ -112,8 +151,10 @@ def forget_stored(store, sources, method: str = "B7", rt=None, head: str | None 
             raise UnseeError(f"source {src!r} never entered this session; known sources: {known}")
     with store.exclusive(method), _no_cyclic_gc():
         t0 = time.perf_counter()
-        if rt is None or store.meta("chain_head") != head:
-            rt = open_runtime(store)  # under the lock: another forget may have finished
+        if rt is None or store.root() != head:
+            rt = open_runtime(store)  # under the lock, verified: another writer may have finished
+            head = rt.root
+        root = head
         opened = time.perf_counter() - t0
         texts = [p.text for o in rt.session.observations for p in o.parts if p.source in sources]
         receipt = rt.forget(list(sources), method=method)
@@ -122,8 +163,14 @@ def forget_stored(store, sources, method: str = "B7", rt=None, head: str | None 
         doc["load_seconds"] = round(opened if load is None else load, 4)  # the model, apart from the forget
         doc["open_seconds"] = round(opened, 4)  # model and stored session
         doc["target_digests"] = [store.target_digest(t) for t in texts]
+        # pages that failed their digest were recomputed from the verified tokens (counted in
+        # tokens_rematerialized): the receipt names them
+        doc["pages_recomputed"] = [{"key": k, "born": born} for k, born in store.damaged_pages]
         t1 = time.perf_counter()
-        store.save(rt.session, store.meta("model"), dict(receipt.digests), doc, since=receipt.checkpoint)
+        # persisted, the targets are named by salted digest only; the caller keeps their names
+        kept = {**doc, "sources": [store.target_digest(src) for src in sources]}
+        rt.root = store.save(rt.session, store.meta("model"), dict(receipt.digests), kept, since=receipt.checkpoint,
+                             expect=root)
         doc["save_seconds"] = round(time.perf_counter() - t1, 4)
     return rt, doc
 
@@ -140,18 +187,15 @@ class Agent:
     def __init__(self, store, runtime) -> None:
         self.store = store
         self.runtime = runtime
-        self.head = store.meta("chain_head")  # the log this runtime holds; another writer moves it
+        self.root = store.root()  # the store this runtime holds; another writer moves it
 
     @classmethod
     def create(cls, path, model: str = "tiny-llama", config: Config = Config(), policy: str = "every",
                kv_pages: bool = True, **kw) -> "Agent":
-        from unsee.impl.store import Store, StoreError
+        from unsee.impl.store import Store
 
-        store = Store(path, create=True)
-        if store.has_session():
-            store.close()
-            raise StoreError(f"{path} already holds a session; open it with Agent.open")
         rt = make_runtime(model, config, policy, kv_pages=kv_pages, **kw)
+        store = Store(path, create=True)  # refuses an existing path
         store.save(rt.session, model, dict(rt.digest()))
         return cls(store, rt)
 
@@ -167,22 +211,33 @@ class Agent:
         return self.runtime.session
 
     def step(self, obs) -> None:
-        """One transition R_t = F(R_{t-1}, o_t), persisted before it returns (only R_t is written)."""
-        s = self.runtime.session
-        if not s.lm.resident(s.state.kv):  # opened from the store: bring R_T's cache back first
-            kv, _ = s.lm.rebuild(s.state.tokens, s.state.blocks)
-            self.runtime.session = replace(s, states=s.states[:-1] + (replace(s.state, kv=kv),))
-        self.runtime.step(obs)
-        if self.store.meta("chain_head") != self.head:
-            raise UnseeError(f"{self.store.path} was changed by another process; reopen it with Agent.open")
-        self.store.save(self.runtime.session, self.store.meta("model"), dict(self.runtime.digest()),
-                        since=self.runtime.session.T - 1)
-        self.head = self.store.meta("chain_head")
+        """One transition R_t = F(R_{t-1}, o_t), persisted before it returns (only R_t is written).
+
+        Steps and forgets on one store take turns: a step waits while another process forgets,
+        then reads the store it left (verified) and steps from there, so no step is lost and
+        none builds on a state that was forgotten from."""
+        with self.store.writer():
+            if self.store.root() != self.root:
+                self.runtime = open_runtime(self.store)
+                self.root = self.runtime.root
+            s = self.runtime.session
+            if not s.lm.resident(s.state.kv):  # opened from the store: bring R_T's cache back first
+                kv, _ = s.lm.rebuild(s.state.tokens, s.state.blocks)
+                self.runtime.session = replace(s, states=s.states[:-1] + (replace(s.state, kv=kv),))
+            before = self.runtime.session
+            try:
+                self.runtime.step(obs)
+                self.root = self.store.save(self.runtime.session, self.store.meta("model"),
+                                            dict(self.runtime.digest()), since=self.runtime.session.T - 1,
+                                            expect=self.root)
+            except BaseException:
+                self.runtime.session = before  # not persisted: the agent stays where the store is
+                raise
 
     def forget(self, sources, method: str = "B7") -> dict:
         """Forget on the live runtime (its resident cache is cropped, not re-read) and persist."""
-        self.runtime, doc = forget_stored(self.store, list(sources), method, self.runtime, self.head)
-        self.head = self.store.meta("chain_head")
+        self.runtime, doc = forget_stored(self.store, list(sources), method, self.runtime, self.root)
+        self.root = self.store.root()
         return doc
 
     def check(self) -> dict:

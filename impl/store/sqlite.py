@@ -11,6 +11,16 @@ A forget rewrites only what follows its splice point (`save(..., since=c)`).
 
 Everything a save writes goes in one transaction, so a reader sees the old session or the
 new one, never a mix.
+
+Integrity: no byte is trusted until it is verified. The rows of each turn t (its observation,
+delta, artifacts, edges and checkpoint) are hashed per table into `turns`, chained
+D_t = H(D_{t-1} ‖ digests of turn t); `meta.root` hashes D_T with every other meta row (the
+model's identity among them: weights, dtype, attention kernel, threads, device, page layout), the
+snapshots, the world ledger and the receipts. `load` recomputes all of it and names the first row
+that does not match. A K/V page is derived data: its digest binds the model's identity, its key
+and its bytes, and is checked when the page is read; a page that fails is recomputed from the
+verified tokens, and the receipt says so. A save starts only if the stored root is the one its
+caller loaded (one writer).
 """
 
 from __future__ import annotations
@@ -34,7 +44,8 @@ from unsee.model.session import Checkpoint, Session, UnseeError
 from unsee.model.state import (Artifact, Block, Config, LedgerEntry, Observation, State, ToolCall, artifact_delta,
                                graph_digest, inherited_sources, provenance)
 
-FORMAT = 2  # 1: every R_t stored whole (quadratic); 2: per-transition deltas and K/V pages
+FORMAT = 3  # 1: every R_t stored whole (quadratic); 2: per-transition deltas and K/V pages; 3: 2 + digests
+MAGIC = b"SQLite format 3\x00"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -47,7 +58,9 @@ CREATE TABLE IF NOT EXISTS checkpoints (boundary INTEGER PRIMARY KEY, body TEXT 
 CREATE TABLE IF NOT EXISTS snapshots (id TEXT PRIMARY KEY, env TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS world (call_id TEXT PRIMARY KEY, tool TEXT, args TEXT, turn INTEGER);
 CREATE TABLE IF NOT EXISTS receipts (n INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS pages (key TEXT PRIMARY KEY, born INTEGER NOT NULL, data BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS pages (key TEXT PRIMARY KEY, born INTEGER NOT NULL, data BLOB NOT NULL,
+                                  digest TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS turns (t INTEGER PRIMARY KEY, rows TEXT NOT NULL, digest TEXT NOT NULL);
 """
 INDEXES = """
 CREATE INDEX IF NOT EXISTS artifacts_turn ON artifacts (turn);
@@ -59,12 +72,20 @@ class StoreError(UnseeError):
     pass
 
 
+class IntegrityError(StoreError):
+    """A persisted row does not match its digest: the store was altered or damaged."""
+
+
+class ConcurrentChange(StoreError):
+    """Another writer changed the store since this process read it."""
+
+
 class Failpoint(RuntimeError):
     """Raised at a named write point when UNSEE_FAILPOINT (or Store.failpoint) names it."""
 
 
 WRITE_POINTS = ("begin", "clear", "meta", "observations", "states", "artifacts", "edges", "checkpoints",
-                "snapshots", "world", "pages", "receipt", "commit")
+                "snapshots", "world", "pages", "receipt", "seal", "commit")
 
 
 def canonical(o: Observation) -> str:
@@ -94,6 +115,69 @@ def chain(observations, head: str = "0" * 64) -> list[str]:
 def _json_rows(texts) -> list:
     """Parse many JSON texts in one call (one C-level parse instead of one per row)."""
     return json.loads("[" + ",".join(texts) + "]")
+
+
+# -- integrity ---------------------------------------------------------------------------
+# Per turn, the rows each table holds for it, in a fixed order (first column: the turn).
+TURN_ROWS = {
+    "observations": "SELECT t, body, chain FROM observations WHERE t >= ? ORDER BY t",
+    "deltas": "SELECT t, body FROM deltas WHERE t >= ? ORDER BY t",
+    "artifacts": "SELECT turn, id, type, source_ids, token_span, committed, ord FROM artifacts WHERE turn >= ? "
+                 "ORDER BY turn, ord",
+    "edges": "SELECT turn, parent, child, ord FROM edges WHERE turn >= ? ORDER BY turn, child, ord",
+    "checkpoints": "SELECT boundary, body FROM checkpoints WHERE boundary >= ? ORDER BY boundary",
+}
+ZERO = "0" * 64
+
+
+def identity_of(lm, model: str) -> dict:
+    """What decides the bits of a stored state besides its log: the model's name and, for a real
+    model, its weights, dtype, attention kernel, threads, device and K/V page layout."""
+    ident = getattr(lm, "identity", None)
+    return {"model": model, **(ident() if callable(ident) else {})}
+
+
+def page_digest(identity: dict, key: str, data: bytes) -> str:
+    """A K/V page's digest: the model's identity, its key (which names its tokens and context)
+    and its bytes. A page whose digest does not match (damaged, or copied from a store of another
+    model) is never read: the forget recomputes it from the verified tokens and says so."""
+    h = hashlib.sha256(json.dumps(identity, sort_keys=True).encode())
+    h.update(f"|{key}|".encode())
+    h.update(data)
+    return h.hexdigest()
+
+
+def _turn_tables(db, start: int) -> dict[int, dict[str, str]]:
+    """turn → {table: sha256 of its rows of that turn}, for every turn ≥ start that has rows."""
+    hashes: dict[int, dict[str, object]] = {}
+    for table, sql in TURN_ROWS.items():
+        for row in db.execute(sql, (start,)):
+            h = hashes.setdefault(row[0], {}).get(table)
+            if h is None:
+                h = hashes[row[0]][table] = hashlib.sha256()
+            h.update(json.dumps(row[1:], separators=(",", ":")).encode())
+            h.update(b"\n")
+    return {t: {k: h.hexdigest() for k, h in sorted(d.items())} for t, d in hashes.items()}
+
+
+def _turn_link(prev: str, rows: dict[str, str]) -> str:
+    """D_t = sha256(D_{t-1} ‖ the per-table digests of turn t)."""
+    return hashlib.sha256((prev + json.dumps(rows, sort_keys=True)).encode()).hexdigest()
+
+
+def _root(db, head: str) -> str:
+    """The store's root: D_T with every meta row (but the root and a forget's intent marker), the
+    snapshots, the world ledger and the receipts."""
+    h = hashlib.sha256(head.encode())
+    for sql in ("SELECT key, value FROM meta WHERE key NOT IN ('root', 'pending_forget') ORDER BY key",
+                "SELECT id, env FROM snapshots ORDER BY id",
+                "SELECT call_id, tool, args, turn FROM world ORDER BY call_id",
+                "SELECT n, body FROM receipts ORDER BY n"):
+        h.update(b"#")
+        for row in db.execute(sql):
+            h.update(json.dumps(row, separators=(",", ":")).encode())
+            h.update(b"\n")
+    return h.hexdigest()
 
 
 def _common(prev: tuple, cur: tuple) -> int:
@@ -362,66 +446,182 @@ _ARTIFACT = operator.attrgetter("artifact")
 
 
 class Store:
+    """One session store. `Store(path)` opens an existing unsee store and refuses any other file
+    before writing a byte to it; `Store(path, create=True)` claims a new path atomically (a second
+    creator of the same path gets an error, never the first one's file)."""
+
     def __init__(self, path: str | Path, create: bool = False) -> None:
         self.path = Path(path)
-        if not create and not self.path.exists():
-            raise StoreError(f"no session store at {self.path}; create one with `unsee run EPISODE --db {self.path}`")
         self.failpoint = os.environ.get("UNSEE_FAILPOINT")
         self.recovered: str | None = None
         self.migrated: str | None = None
+        self.damaged_pages: list[tuple[str, int]] = []  # (key, born) of pages that failed their digest
+        if create:
+            try:
+                os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            except FileExistsError:
+                raise StoreError(f"{self.path} already exists; pick a new path (a session store is never "
+                                 "overwritten)") from None
+            except OSError as e:
+                raise StoreError(f"cannot create {self.path}: {e.strerror}") from e
+        elif not self.path.exists():
+            raise StoreError(f"no session store at {self.path}; create one with `unsee run EPISODE --db {self.path}`")
+        elif not self.path.is_file():
+            raise StoreError(f"{self.path} is not a file; give the path of a session store")
+        else:
+            self._refuse_foreign()
         self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
         try:
             # deleted content and freed pages are zeroed: a forget's erasure rests on this
             if self.db.execute("PRAGMA secure_delete = ON").fetchone() != (1,):
                 raise StoreError(f"this SQLite ({sqlite3.sqlite_version}) cannot zero deleted content "
                                  "(secure_delete); a forget could not erase what it deletes")
-            if self.db.execute("PRAGMA page_count").fetchone()[0] == 0:
-                # a new file hands freed pages back after a save (see save). Only a file without
-                # tables takes the setting, and setting it on an existing one would write to it
+            if create:
+                # a new file hands freed pages back after a save (see save); only a file without
+                # tables takes the setting
                 self.db.execute("PRAGMA auto_vacuum = INCREMENTAL")
-            self.db.executescript(SCHEMA)
+                self.db.executescript(SCHEMA + INDEXES)
+                self.db.executemany("INSERT INTO meta VALUES (?, ?)",
+                                    [("format", str(FORMAT)), ("salt", secrets.token_hex(16))])
             fmt = self.meta("format")
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{self.path} is not a readable unsee store ({e}); restore it from a backup") from e
-        if fmt is not None and int(fmt) > FORMAT:
+        if int(fmt) > FORMAT:
             raise StoreError(f"{self.path} was written by a newer unsee (store format {fmt} > {FORMAT}); upgrade unsee")
+        if fmt in ("1", "2"):
+            self.db.executescript(SCHEMA)  # the tables a later format added
         if fmt == "1":
             self._migrate_v1()
             self.migrated = "format 1 → 2 (each R_t whole → per-transition deltas)"
-        self.db.executescript(INDEXES)
-        pending = self.meta("pending_forget")
-        if pending is not None:  # SQLite already rolled back the partial write; say so, then clear the intent
-            self.recovered = (f"an interrupted forget ({json.loads(pending)['method']}, started "
-                              f"{json.loads(pending)['started']}) was rolled back: the store holds the state before it")
-            self.db.execute("DELETE FROM meta WHERE key = 'pending_forget'")
+            fmt = "2"
+        if fmt == "2":
+            self._migrate_v2()
+            self.migrated = ((self.migrated + "; ") if self.migrated else "") + (
+                "format 2 → 3: integrity digests computed over the rows as found (an older unsee kept none, "
+                "so these rows could not be verified); K/V pages dropped (forgets re-materialize the prefix)")
+        if self.migrated:
+            self.db.executescript(INDEXES)
+        if self.meta("pending_forget") is not None:
+            self._recover()
+
+    def _refuse_foreign(self) -> None:
+        """An existing file that is not an unsee store is refused before anything writes to it."""
+        with open(self.path, "rb") as f:
+            head = f.read(len(MAGIC))
+        if not head:
+            raise StoreError(f"{self.path} is an empty file, not an unsee store; nothing was written to it")
+        if head != MAGIC:
+            raise StoreError(f"{self.path} is not an unsee store (not an SQLite database); nothing was written to it")
+        con = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        try:
+            tables = {n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            fmt = (con.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
+                   if "meta" in tables and "observations" in tables else None)
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"{self.path} is not a readable unsee store ({e}); restore it from a backup") from e
+        finally:
+            con.close()
+        if fmt is None:
+            raise StoreError(f"{self.path} is an SQLite database of another program (tables: "
+                             f"{', '.join(sorted(tables)) or 'none'}), not an unsee store; nothing was written to it")
+
+    def _recover(self) -> None:
+        """A forget's intent marker: SQLite rolled back the partial write when this connection first
+        read; say so and clear it, but only when no forget holds the lock (one that is running
+        keeps its marker)."""
+        with open(self._lock_path(), "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return
+            try:
+                pending = self.meta("pending_forget")
+                if pending is None:
+                    return
+                self.recovered = (f"an interrupted forget ({json.loads(pending)['method']}, started "
+                                  f"{json.loads(pending)['started']}) was rolled back: the store holds the state "
+                                  "before it")
+                self.db.execute("DELETE FROM meta WHERE key = 'pending_forget'")
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _lock_path(self) -> str:
+        return str(self.path) + ".lock"
 
     def _point(self, name: str) -> None:
         if self.failpoint == name:
             raise Failpoint(f"failpoint {name}")
+        if self.failpoint == name + ":full":  # what SQLite raises when the disk fills up
+            raise sqlite3.OperationalError("database or disk is full")
         if self.failpoint == name + ":kill":  # a crash, not an exception: nothing gets to clean up
             os.kill(os.getpid(), 9)
 
     @contextmanager
-    def exclusive(self, method: str):
-        """Serialize forgets on one store (a second waits), and record the intent so that an
-        interrupted one is reported on the next open."""
-        with open(str(self.path) + ".lock", "w") as lock:
+    def writer(self):
+        """One writer at a time on this store, across processes and threads: a second waits."""
+        with open(self._lock_path(), "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
-                self.db.execute("INSERT OR REPLACE INTO meta VALUES ('pending_forget', ?)",
-                                (json.dumps({"method": method, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}),))
                 yield self
-            except Exception:  # a clean failure, not a crash: nothing to report on the next open
-                self.db.execute("DELETE FROM meta WHERE key = 'pending_forget'")
-                raise
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
+    @contextmanager
+    def exclusive(self, method: str):
+        """Serialize writers on one store (a second waits), and record a forget's intent so that
+        an interrupted one is reported on the next open."""
+        with self.writer():
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('pending_forget', ?)",
+                            (json.dumps({"method": method, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}),))
+            try:
+                yield self
+            except BaseException:  # a clean failure, not a crash: nothing to report on the next open
+                self.db.execute("DELETE FROM meta WHERE key = 'pending_forget'")
+                raise
+
+    def root(self) -> str | None:
+        return self.meta("root")
+
+    def verify(self, pages: bool = False) -> str:
+        """Recompute every digest from the stored rows and compare; the root, or IntegrityError
+        naming the first row that does not match. `pages`: also read every K/V page's bytes (a
+        forget reads only the pages it restores, and checks each as it reads it)."""
+        db = self.db
+        stored = {t: (json.loads(r), d) for t, r, d in db.execute("SELECT t, rows, digest FROM turns ORDER BY t")}
+        computed = _turn_tables(db, 0)
+        T = max(stored, default=-1)
+        for t in sorted(set(computed) - set(stored)):
+            raise IntegrityError(f"{self.path}: rows of turn {t} ({', '.join(computed[t])}) are not covered by the "
+                                 "store's digests: the store was altered; restore it from a backup")
+        prev = ZERO
+        for t in range(T + 1):
+            if t not in stored:
+                raise IntegrityError(f"{self.path}: the digest of turn {t} is missing; restore the store from a backup")
+            rows, digest = stored[t]
+            got = computed.get(t, {})
+            for table in sorted(set(rows) | set(got)):
+                if rows.get(table) != got.get(table):
+                    raise IntegrityError(f"{self.path}: the {table} row(s) of turn {t} do not match their digest "
+                                         "(altered or damaged); restore the store from a backup")
+            prev = _turn_link(prev, rows)
+            if prev != digest:
+                raise IntegrityError(f"{self.path}: the digest chain breaks at turn {t}; restore the store from a backup")
+        root = _root(db, prev)
+        if root != self.meta("root"):
+            raise IntegrityError(f"{self.path}: the session's settings, snapshots, side-effect ledger or receipts "
+                                 "do not match the store's root digest (altered or damaged); restore it from a backup")
+        if pages:
+            ident = json.loads(self.meta("identity", "{}"))
+            self.damaged_pages = [(key, born) for key, born, data, digest in
+                                  db.execute("SELECT key, born, data, digest FROM pages ORDER BY born, key")
+                                  if page_digest(ident, key, data) != digest]
+        return root
+
     def salt(self) -> str:
+        """The store's salt for naming targets, made when the store was (and covered by its root)."""
         s = self.meta("salt")
         if s is None:
-            s = secrets.token_hex(16)
-            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('salt', ?)", (s,))
+            raise IntegrityError(f"{self.path} has no salt: the store was altered; restore it from a backup")
         return s
 
     def target_digest(self, text: str) -> str:
@@ -439,13 +639,22 @@ class Store:
         return self.meta("model") is not None
 
     def save(self, s: Session, model: str, digests: dict, receipt: dict | None = None,
-             since: int | None = None) -> None:
-        """Write `s`, in one transaction.
+             since: int | None = None, expect: str | None = None) -> str:
+        """Write `s`, in one transaction; returns the new root.
 
         since=None replaces the stored session whole. since=c writes only what follows R_c:
         the caller guarantees that the stored R_0..R_c, o_1..o_c and their artifacts are `s`'s
         (a forget spliced at c, or c = T−1 after one more step). Rows of the old suffix are
-        deleted, K/V pages born after c included, with secure_delete on."""
+        deleted, K/V pages born after c included, with secure_delete on. `expect`: the root the
+        caller read `s` from (required with since): if another writer changed the store since,
+        nothing is written (ConcurrentChange). A failed write leaves the store as it was."""
+        try:
+            return self._save(s, model, digests, receipt, since, expect)
+        except sqlite3.Error as e:
+            raise StoreError(f"could not write {self.path} ({e}); nothing was changed: the store holds the "
+                             "session as it was before") from e
+
+    def _save(self, s: Session, model: str, digests: dict, receipt, since, expect) -> str:
         db = self.db
         c = -1 if since is None else since
         if not -1 <= c <= s.T:
@@ -459,13 +668,21 @@ class Store:
             head = "0" * 64
         bodies = [canonical(o) for o in s.observations[max(c, 0):]]
         hashes = chain_of(bodies, head)
-        pages = self._pages_to_write(s, c)
+        if c >= 0 and expect is None:
+            raise StoreError("a partial save needs the root its session was read from (expect=)")
+        identity = identity_of(s.lm, model)
+        pages = self._pages_to_write(s, c, identity)
         db.execute("BEGIN IMMEDIATE")
         try:
             self._point("begin")
+            if c >= 0:  # inside the write transaction: the store is the one the caller read, unaltered
+                if self.root() != expect:
+                    raise ConcurrentChange(f"{self.path} was changed by another writer since this session was read "
+                                           "from it; nothing was written: open it again and repeat")
+                self._check_tail()
             if c < 0:
                 for table in ("observations", "deltas", "artifacts", "edges", "checkpoints", "snapshots", "world",
-                              "pages"):
+                              "turns", "pages"):
                     db.execute(f"DELETE FROM {table}")
             else:
                 for table, col in (("observations", "t"), ("deltas", "t"), ("artifacts", "turn"), ("edges", "turn"),
@@ -477,7 +694,8 @@ class Store:
                     "config": json.dumps(asdict(s.config)), "digests": json.dumps(digests),
                     "forgotten": json.dumps(sorted(set(json.loads(self.meta("forgotten", "[]")))
                                                    | {self.target_digest(x) for x in s.forgotten})),
-                    "chain_head": hashes[-1] if hashes else head}
+                    "chain_head": hashes[-1] if hashes else head, "identity": json.dumps(identity, sort_keys=True),
+                    "generation": str(int(self.meta("generation", "0")) + 1)}
             if pages is not None:
                 meta["kv_pages"] = json.dumps(pages[0])
             dtype = getattr(getattr(s.lm, "bundle", None), "dtype", None)
@@ -517,14 +735,17 @@ class Store:
                            [(e.call_id, e.tool, json.dumps(list(e.args)), e.turn) for e in s.world])
             self._point("world")
             if pages is not None:
-                db.executemany("INSERT OR IGNORE INTO pages VALUES (?, ?, ?)", pages[1])
+                db.executemany("INSERT OR IGNORE INTO pages VALUES (?, ?, ?, ?)", pages[1])
             self._point("pages")
             if receipt is not None:
                 db.execute("INSERT INTO receipts (body) VALUES (?)", (json.dumps({**receipt, "log_head": meta["chain_head"]}),))
             self._point("receipt")
+            root = self._seal(max(c, 0))
+            self._point("seal")
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            if db.in_transaction:  # SQLite may have rolled back already (a full disk does)
+                db.execute("ROLLBACK")
             raise
         self._point("commit")
         # secure_delete has zeroed every row the transaction deleted and every page it freed, so
@@ -533,8 +754,38 @@ class Store:
         # a cost of what was deleted, where a VACUUM would rewrite the whole file, K/V pages and
         # all. (executescript runs the pragma to the end; execute would free one page.)
         db.executescript("PRAGMA incremental_vacuum;")
+        return root
 
-    def _pages_to_write(self, s: Session, c: int):
+    def _check_tail(self) -> None:
+        """Before a partial save: the rows a save keeps but does not re-read (meta, snapshots,
+        ledger, receipts, the last turn digest) still hash to the stored root, so a save never
+        seals an altered row under a new root. Turn rows altered since the last load stay
+        detectable: the rows a save keeps keep their turn digests."""
+        last = self.db.execute("SELECT digest FROM turns ORDER BY t DESC LIMIT 1").fetchone()
+        if _root(self.db, last[0] if last else ZERO) != self.root():
+            raise IntegrityError(f"{self.path}: the session's settings, snapshots, side-effect ledger or receipts "
+                                 "do not match the store's root digest (altered or damaged); nothing was written: "
+                                 "restore it from a backup")
+
+    def _seal(self, start: int) -> str:
+        """Recompute the turn digests from `start` on and the root, inside the save's transaction."""
+        db = self.db
+        db.execute("DELETE FROM turns WHERE t >= ?", (start,))
+        row = db.execute("SELECT digest FROM turns WHERE t = ?", (start - 1,)).fetchone()
+        prev = ZERO if start == 0 else row[0]
+        tables = _turn_tables(db, start)
+        T = db.execute("SELECT MAX(t) FROM deltas").fetchone()[0]
+        out = []
+        for t in range(start, T + 1):
+            rows = tables.get(t, {})
+            prev = _turn_link(prev, rows)
+            out.append((t, json.dumps(rows, sort_keys=True), prev))
+        db.executemany("INSERT INTO turns VALUES (?, ?, ?)", out)
+        root = _root(db, prev)
+        db.execute("INSERT OR REPLACE INTO meta VALUES ('root', ?)", (root,))
+        return root
+
+    def _pages_to_write(self, s: Session, c: int, identity: dict):
         """(layout, rows) of the K/V pages first used by R_{c+1}..R_T and not stored yet, or
         None when the session's engine keeps no pages."""
         lm = s.lm
@@ -562,7 +813,8 @@ class Store:
             if page is None:
                 raise StoreError(f"the K/V page of a block of R_{t} was never captured; run with kv_pages on "
                                  "from the start, or save with --kv-pages none")
-            out.append((key, t, to_bytes(page)))
+            data = to_bytes(page)
+            out.append((key, t, data, page_digest(identity, key, data)))
         return layout, out
 
     def page_reader(self, device):
@@ -571,10 +823,18 @@ class Store:
         if raw is None:
             return None
         layout = json.loads(raw)
+        ident = json.loads(self.meta("identity", "{}"))
+        self.damaged_pages = []
 
         def read(key: str):
-            row = self.db.execute("SELECT data FROM pages WHERE key = ?", (key,)).fetchone()
-            return None if row is None else from_bytes(row[0], layout, device)
+            """The page, or None (then the engine recomputes it) when it is missing or fails its digest."""
+            row = self.db.execute("SELECT data, digest, born FROM pages WHERE key = ?", (key,)).fetchone()
+            if row is None:
+                return None
+            if page_digest(ident, key, row[0]) != row[1]:
+                self.damaged_pages.append((key, row[2]))
+                return None
+            return from_bytes(row[0], layout, device)
         return read
 
     def page_bytes(self) -> tuple[int, int, int]:
@@ -603,9 +863,21 @@ class Store:
             return {x for (b,) in self.db.execute("SELECT body FROM observations")
                     for x in Observation.from_json(json.loads(b)).sources}
 
-    def load(self, model_lm) -> Session:
+    def load(self, model_lm, verify: bool = True) -> Session:
+        """The stored session, every row verified against the store's digests (one read
+        transaction, so a concurrent writer's commit is seen whole or not at all)."""
         if not self.has_session():
             raise StoreError(f"{self.path} holds no session yet")
+        if not verify:
+            return self._load(model_lm)
+        self.db.execute("BEGIN")
+        try:
+            self.loaded_root = self.verify()
+            return self._load(model_lm)
+        finally:
+            self.db.execute("COMMIT")
+
+    def _load(self, model_lm) -> Session:
         db = self.db
         config = Config(**{k: (tuple(tuple(x) for x in v) if k == "env" else v)
                            for k, v in json.loads(self.meta("config")).items()})
@@ -650,6 +922,11 @@ class Store:
                     _json_rows(b for (b,) in db.execute("SELECT body FROM checkpoints ORDER BY boundary")))
         snaps = tuple((k, tuple(tuple(x) for x in json.loads(v))) for k, v in
                       db.execute("SELECT id, env FROM snapshots ORDER BY rowid"))
+        known = {k for k, _ in snaps}
+        for cp in cps:
+            if cp.env_snapshot not in known:
+                raise StoreError(f"{self.path}: checkpoint {cp.boundary} names environment snapshot "
+                                 f"{cp.env_snapshot!r}, which the store does not hold; restore it from a backup")
         world = tuple(LedgerEntry(c, t, tuple(json.loads(a)), turn) for c, t, a, turn in
                       db.execute("SELECT call_id, tool, args, turn FROM world ORDER BY turn, call_id"))
         # forgotten sources are kept only as salted digests (see is_forgotten)
@@ -689,7 +966,7 @@ class Store:
             db.execute("INSERT OR REPLACE INTO meta VALUES ('format', ?)", (str(FORMAT),))
             # the graph digest became linear in format 2 (source ids relative to the parents'):
             # re-state it for the stored state and its last receipt, saying so in the receipt
-            graph = graph_digest(self.load(None).state.artifacts)
+            graph = graph_digest(self.load(None, verify=False).state.artifacts)
             digests = {**json.loads(self.meta("digests")), "graph": graph}
             db.execute("INSERT OR REPLACE INTO meta VALUES ('digests', ?)", (json.dumps(digests),))
             last = db.execute("SELECT n, body FROM receipts ORDER BY n DESC LIMIT 1").fetchone()
@@ -703,6 +980,30 @@ class Store:
             db.execute("ROLLBACK")
             raise
         db.execute("VACUUM")
+
+    def _migrate_v2(self) -> None:
+        """Format 2 → 3 in place, in one transaction: page digests, turn digests, a salt and the
+        root, computed over the rows as they are (format 2 kept no digest to check them against)."""
+        db = self.db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute("CREATE TABLE IF NOT EXISTS turns (t INTEGER PRIMARY KEY, rows TEXT NOT NULL, "
+                       "digest TEXT NOT NULL)")
+            # K/V pages carried no digest, and the model's identity was not recorded: they are dropped
+            # (a forget re-materializes the prefix it needs from the log instead)
+            db.execute("DROP TABLE IF EXISTS pages")
+            db.execute("CREATE TABLE pages (key TEXT PRIMARY KEY, born INTEGER NOT NULL, data BLOB NOT NULL, "
+                       "digest TEXT NOT NULL)")
+            if self.meta("salt") is None:
+                db.execute("INSERT INTO meta VALUES ('salt', ?)", (secrets.token_hex(16),))
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('format', ?)", (str(FORMAT),))
+            if self.has_session():
+                self._seal(0)
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
 
     def is_forgotten(self, source: str) -> bool:
         return self.meta("salt") is not None and self.target_digest(source) in json.loads(self.meta("forgotten", "[]"))
