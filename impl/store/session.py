@@ -79,12 +79,9 @@ def check_store(store, on_step=None, fast: bool = False) -> dict:
     from unsee.model.state import layer_digests
 
     if fast:
-        store.db.execute("BEGIN")
-        try:
+        with store.snapshot():
             root = store.verify(pages=True)
             pages = store.db.execute("SELECT COUNT(*) FROM pages").fetchone()[0]
-        finally:
-            store.db.execute("COMMIT")
         return {"exact": None, "verified": True, "T": store.length(), "pages": pages, "root": root, "mismatches": [],
                 "pages_damaged": [{"key": k, "born": born} for k, born in store.damaged_pages]}
     stored = open_runtime(store)

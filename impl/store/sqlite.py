@@ -555,6 +555,8 @@ class Store:
             raise sqlite3.OperationalError("database or disk is full")
         if self.failpoint == name + ":kill":  # a crash, not an exception: nothing gets to clean up
             os.kill(os.getpid(), 9)
+        if self.failpoint == name + ":sleep":  # a slow writer, for the race tests
+            time.sleep(float(os.environ.get("UNSEE_FAILPOINT_SLEEP", "1")))
 
     @contextmanager
     def writer(self):
@@ -582,10 +584,26 @@ class Store:
     def root(self) -> str | None:
         return self.meta("root")
 
+    @contextmanager
+    def snapshot(self):
+        """Every read inside sees one committed state of the store (a read transaction)."""
+        if self.db.in_transaction:
+            yield self
+            return
+        self.db.execute("BEGIN")
+        try:
+            yield self
+        finally:
+            self.db.execute("COMMIT")
+
     def verify(self, pages: bool = False) -> str:
         """Recompute every digest from the stored rows and compare; the root, or IntegrityError
         naming the first row that does not match. `pages`: also read every K/V page's bytes (a
         forget reads only the pages it restores, and checks each as it reads it)."""
+        with self.snapshot():
+            return self._verify(pages)
+
+    def _verify(self, pages: bool) -> str:
         db = self.db
         stored = {t: (json.loads(r), d) for t, r, d in db.execute("SELECT t, rows, digest FROM turns ORDER BY t")}
         computed = _turn_tables(db, 0)
@@ -870,12 +888,9 @@ class Store:
             raise StoreError(f"{self.path} holds no session yet")
         if not verify:
             return self._load(model_lm)
-        self.db.execute("BEGIN")
-        try:
+        with self.snapshot():
             self.loaded_root = self.verify()
             return self._load(model_lm)
-        finally:
-            self.db.execute("COMMIT")
 
     def _load(self, model_lm) -> Session:
         db = self.db

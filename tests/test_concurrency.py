@@ -1,0 +1,139 @@
+"""One writer: races between real processes on one store, each in a loop.
+
+- an `Agent` that keeps stepping while `unsee forget` runs on its store: the forget succeeds,
+  every step the agent saw return is in the store afterwards, and the store opens, verifies and
+  re-derives exactly;
+- two `unsee run` to one path: one stores its session, the other is refused, nothing replaced;
+- a process that opens the store while a forget runs: no false "interrupted forget", and the
+  forget's intent marker is left alone.
+
+UNSEE_RACE_LOOPS sets the iterations (default 10; the documented full run uses 100).
+"""
+
+import json
+import os
+import random
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from unsee.impl.store.episode import write_episode
+from unsee.impl.store.sqlite import Store
+from unsee.model import Observation, Part
+
+LOOPS = int(os.environ.get("UNSEE_RACE_LOOPS", "10"))
+EXE = str(Path(sys.executable).parent / "unsee")
+
+AGENT = textwrap.dedent("""
+    import sys
+    import time
+    from unsee.impl.store.session import Agent
+    from unsee.model import Observation, Part
+
+    agent = Agent.open(sys.argv[1])
+    for i in range(int(sys.argv[2])):
+        agent.step(Observation("user", (Part(f"s{i}", f"step {i} please"),), reply=2))
+        print(f"s{i}", flush=True)  # returned: persisted
+        time.sleep(0.03)  # a user between turns: the forget lands among the steps
+    agent.close()
+""")
+
+
+def episode(n: int = 10) -> list[Observation]:
+    obs = [Observation("system", (Part("sys", "you are an agent"),))]
+    for t in range(2, n + 1):
+        part = Part("z", "the code is 7731") if t == 3 else Part(f"u{t}", f"turn {t} please help")
+        obs.append(Observation("memory" if t == 3 else "user", (part,), reply=0 if t == 3 else 3,
+                               tool="send" if t % 4 == 0 else None))
+    return obs
+
+
+def run_store(tmp_path: Path, name: str) -> Path:
+    ep = tmp_path / f"{name}.jsonl"
+    write_episode(ep, episode())
+    db = tmp_path / name
+    subprocess.run([EXE, "run", str(ep), "--db", str(db), "--model", "reference"], check=True, capture_output=True)
+    return db
+
+
+def check_exact(db: Path) -> None:
+    p = subprocess.run([EXE, "check", "--db", str(db)], capture_output=True, text=True)
+    assert p.returncode == 0 and "exact=True" in p.stdout, p.stdout + p.stderr
+
+
+def test_a_step_during_a_forget_is_never_lost(tmp_path):
+    rng = random.Random(11)
+    script = tmp_path / "agent.py"
+    script.write_text(AGENT)
+    landed = []
+    for i in range(LOOPS):
+        db = run_store(tmp_path, f"a{i}.db")
+        agent = subprocess.Popen([sys.executable, str(script), str(db), "40"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        time.sleep(rng.uniform(0.3, 0.9))
+        forget = subprocess.run([EXE, "forget", "--db", str(db), "--source", "z"], capture_output=True, text=True)
+        out, err = agent.communicate(timeout=300)
+        assert agent.returncode == 0, err
+        assert forget.returncode == 0, forget.stdout + forget.stderr
+        acknowledged = out.split()
+        assert len(acknowledged) == 40
+        st = Store(db)
+        sources = st.sources()
+        assert st.is_forgotten("z") and "z" not in sources
+        assert set(acknowledged) <= sources, f"iteration {i}: steps lost: {set(acknowledged) - sources}"
+        assert st.length() == 10 + 40
+        landed.append(st.receipts()[-1]["T"])  # how many steps the forget's session held
+        st.close()
+        check_exact(db)
+    assert any(10 < T < 50 for T in landed), f"no forget landed while the agent was stepping: {landed}"
+
+
+def test_two_runs_to_one_path_store_one_session_and_refuse_the_other(tmp_path):
+    ep = tmp_path / "e.jsonl"
+    write_episode(ep, episode())
+    other = tmp_path / "o.jsonl"
+    write_episode(other, episode(14))
+    for i in range(LOOPS):
+        db = tmp_path / f"r{i}.db"
+        procs = [subprocess.Popen([EXE, "run", str(e), "--db", str(db), "--model", "reference"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for e in (ep, other)]
+        outs = [p.communicate(timeout=120)[0] for p in procs]
+        codes = sorted(p.returncode for p in procs)
+        assert codes == [0, 2], outs
+        winner = 10 if procs[0].returncode == 0 else 14
+        loser = outs[1] if procs[0].returncode == 0 else outs[0]
+        assert "already exists" in loser and "stored" not in loser
+        st = Store(db)
+        assert st.length() == winner
+        st.close()
+        check_exact(db)
+
+
+def test_opening_during_a_forget_leaves_its_intent_marker_alone(tmp_path):
+    for i in range(LOOPS):
+        db = run_store(tmp_path, f"o{i}.db")
+        env = {**os.environ, "UNSEE_FAILPOINT": "begin:sleep", "UNSEE_FAILPOINT_SLEEP": "1.5"}
+        forget = subprocess.Popen([EXE, "forget", "--db", str(db), "--source", "z"], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.time() + 30
+        while time.time() < deadline:  # wait until the forget holds the lock and wrote its marker
+            st = Store(db)
+            marked = st.meta("pending_forget") is not None
+            st.close()
+            if marked:
+                break
+            time.sleep(0.02)
+        assert marked
+        opened = Store(db)  # a second process's open, while the forget runs
+        assert opened.recovered is None
+        assert opened.meta("pending_forget") is not None
+        opened.close()
+        out = forget.communicate(timeout=120)[0]
+        assert forget.returncode == 0 and "rolled back" not in out, out
+        st = Store(db)
+        assert st.recovered is None and st.meta("pending_forget") is None and st.is_forgotten("z")
+        st.close()
