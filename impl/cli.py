@@ -530,6 +530,44 @@ def convert_agentdojo(suite: Optional[str] = typer.Option(None, help="workspace 
         raise typer.Exit(1)
 
 
+@app.command()
+def soak(model: str = typer.Option("tiny-llama", help="Model to run the session on."),
+         turns: int = typer.Option(30, help="Observations in the session (a tool-schema system prompt, then "
+                                   "requests and tool results; the target 12 turns from the end)."),
+         iterations: int = typer.Option(20, help="forget → check rounds, each in new processes on a fresh copy."),
+         load: int = typer.Option(1, help="Busy processes competing for the CPU while the soak runs."),
+         method: Method = typer.Option(Method.B7, help="The forget under test."),
+         out_dir: Path = typer.Option(Path("soak"), "--out", help="Folder for the stored session and for every "
+                                      "failing iteration's evidence."),
+         json_path: Optional[Path] = typer.Option(None, "--json", help="Write the report here.")) -> None:
+    """Repeat forget (new process) → check (new process) under CPU load and report the failure
+    rate; a failing iteration keeps both states, the differing layers, the first differing K/V
+    position and the environment."""
+    from unsee.impl.experiments.soak import soak as run_soak
+
+    if turns < 13 or iterations < 1 or load < 0:
+        _fail(ValueError("--turns must be >= 13 (the target sits 12 turns from the end), --iterations >= 1, --load >= 0"))
+
+    def line(row: dict) -> None:
+        verdict = "[green]exact[/green]" if row["exact"] else f"[red]NOT EXACT[/red] (kept in {row.get('kept')})"
+        out.print(f"iteration {row['iteration'] + 1}/{iterations}: {verdict}; forget {row.get('seconds')} s "
+                  f"(integrity {row.get('integrity_seconds')} s), processes {row['forget_process_seconds']} s + "
+                  f"{row['check_process_seconds']} s")
+
+    out.print(f"soak: {model}, {turns} turns, {iterations} iterations of {method.value} forget → check, "
+              f"{load} busy process(es)")
+    try:
+        doc = run_soak(model, turns, iterations, load, out_dir, method.value, on_iteration=line)
+    except (RuntimeError, ValueError) as e:
+        _fail(e)
+    share = doc["integrity_share"]
+    out.print(f"failures: {doc['failures']} of {iterations} (rate {doc['failure_rate']:.3f}); integrity checks took "
+              f"{'n/a' if share is None else f'{100 * share:.2f} %'} of the forgets' open + forget + save time")
+    _write_json(doc, json_path)
+    if doc["failures"]:
+        raise typer.Exit(1)
+
+
 bench_app = typer.Typer(help="Benchmarks: measured side by side, counts and times reported.")
 app.add_typer(bench_app, name="bench")
 

@@ -15,6 +15,7 @@ The cases are data (CASES): a new table or field is one more row.
 
 import hashlib
 import json
+import os
 import shutil
 import sqlite3
 from pathlib import Path
@@ -367,3 +368,56 @@ def test_schema_tables_are_all_covered_by_the_suite():
              "world": "world", "receipt": "receipts", "turn": "turns", "page": "pages", "pages": "pages",
              "meta": "meta", "observations": "observations"}
     assert tables <= {names.get(c, c) for c in covered}, tables - {names.get(c, c) for c in covered}
+
+
+def test_a_real_full_disk_during_a_forget_leaves_the_old_session(stored, tmp_path):
+    """On a small tmpfs filled to within 8 KiB: the forget's pages and journal do not fit.
+    Where mounting is not allowed, the failpoint test above raises the same SQLite error."""
+    import subprocess
+
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    size = 3 * stored.stat().st_size + 1024 * 1024
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("mounting a tmpfs is not allowed here; the failpoint test covers a full disk")
+    try:
+        db = mnt / "s.db"
+        shutil.copy(stored, db)
+        filler = mnt / "filler"
+        free = os.statvfs(mnt).f_bavail * os.statvfs(mnt).f_frsize
+        filler.write_bytes(b"\0" * max(0, free - 8 * 1024))  # leave 8 KiB: less than the forget writes
+        before = file_digest(db)
+        res = invoke("forget", "--db", db, "--source", "addr")
+        assert res.exit_code == 2 and "error:" in res.output and "Traceback" not in res.output, res.output
+        assert "full" in res.output or "disk" in res.output, res.output
+        assert file_digest(db) == before
+        filler.unlink()
+        assert invoke("check", "--db", db).exit_code == 0
+        res = invoke("forget", "--db", db, "--source", "addr")
+        assert res.exit_code == 0, res.output
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+def test_the_soak_finds_the_first_differing_position_between_two_states(stored, tmp_path):
+    """The soak's diagnosis, on two states that do differ: the stored session and its forget."""
+    from unsee.impl.experiments.soak import first_difference
+
+    a, b = tmp_path / "a.db", tmp_path / "b.db"
+    shutil.copy(stored, a)
+    shutil.copy(stored, b)
+    assert invoke("forget", "--db", b, "--source", "addr").exit_code == 0
+    diff = first_difference(a, b)
+    assert "transcript" in diff["layers"] and diff["kv_layers_differ"]
+    assert diff["first"]["tensor"] in ("K", "V") and diff["first"]["token"] >= 0
+    same = first_difference(a, a)
+    assert same == {"layers": [], "kv_layers_differ": [], "first": None}
+
+
+def test_the_soak_runs_forget_and_check_in_new_processes(tmp_path):
+    from unsee.impl.experiments.soak import soak
+
+    doc = soak("tiny-llama", turns=13, iterations=1, load=0, out=tmp_path / "soak")
+    assert doc["failures"] == 0 and doc["rows"][0]["exact"] and doc["rows"][0]["transitions"] == 12
+    assert doc["environment"]["identity"]["threads"] == 1 and not (tmp_path / "soak" / "iteration-000").exists()

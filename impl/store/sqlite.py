@@ -456,6 +456,7 @@ class Store:
         self.recovered: str | None = None
         self.migrated: str | None = None
         self.damaged_pages: list[tuple[str, int]] = []  # (key, born) of pages that failed their digest
+        self.integrity_seconds = 0.0  # spent verifying and sealing digests (the cost of trusting nothing)
         if create:
             try:
                 os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
@@ -600,8 +601,12 @@ class Store:
         """Recompute every digest from the stored rows and compare; the root, or IntegrityError
         naming the first row that does not match. `pages`: also read every K/V page's bytes (a
         forget reads only the pages it restores, and checks each as it reads it)."""
-        with self.snapshot():
-            return self._verify(pages)
+        t0 = time.perf_counter()
+        try:
+            with self.snapshot():
+                return self._verify(pages)
+        finally:
+            self.integrity_seconds += time.perf_counter() - t0
 
     def _verify(self, pages: bool) -> str:
         db = self.db
@@ -697,7 +702,9 @@ class Store:
                 if self.root() != expect:
                     raise ConcurrentChange(f"{self.path} was changed by another writer since this session was read "
                                            "from it; nothing was written: open it again and repeat")
+                t0 = time.perf_counter()
                 self._check_tail()
+                self.integrity_seconds += time.perf_counter() - t0
             if c < 0:
                 for table in ("observations", "deltas", "artifacts", "edges", "checkpoints", "snapshots", "world",
                               "turns", "pages"):
@@ -758,7 +765,9 @@ class Store:
             if receipt is not None:
                 db.execute("INSERT INTO receipts (body) VALUES (?)", (json.dumps({**receipt, "log_head": meta["chain_head"]}),))
             self._point("receipt")
+            t0 = time.perf_counter()
             root = self._seal(max(c, 0))
+            self.integrity_seconds += time.perf_counter() - t0
             self._point("seal")
             db.execute("COMMIT")
         except BaseException:
@@ -832,7 +841,9 @@ class Store:
                 raise StoreError(f"the K/V page of a block of R_{t} was never captured; run with kv_pages on "
                                  "from the start, or save with --kv-pages none")
             data = to_bytes(page)
+            t0 = time.perf_counter()
             out.append((key, t, data, page_digest(identity, key, data)))
+            self.integrity_seconds += time.perf_counter() - t0
         return layout, out
 
     def page_reader(self, device):
@@ -849,7 +860,10 @@ class Store:
             row = self.db.execute("SELECT data, digest, born FROM pages WHERE key = ?", (key,)).fetchone()
             if row is None:
                 return None
-            if page_digest(ident, key, row[0]) != row[1]:
+            t0 = time.perf_counter()
+            ok = page_digest(ident, key, row[0]) == row[1]
+            self.integrity_seconds += time.perf_counter() - t0
+            if not ok:
                 self.damaged_pages.append((key, row[2]))
                 return None
             return from_bytes(row[0], layout, device)
