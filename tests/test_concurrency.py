@@ -137,3 +137,34 @@ def test_opening_during_a_forget_leaves_its_intent_marker_alone(tmp_path):
         st = Store(db)
         assert st.recovered is None and st.meta("pending_forget") is None and st.is_forgotten("z")
         st.close()
+
+
+def test_two_agents_in_threads_of_one_process_take_turns(tmp_path):
+    import threading
+
+    from unsee.impl.store.session import Agent
+
+    db = run_store(tmp_path, "threads.db")
+    acknowledged: dict[str, list[str]] = {"a": [], "b": []}
+    errors = []
+
+    def work(name: str) -> None:
+        try:
+            agent = Agent.open(db)
+            for i in range(15):
+                agent.step(Observation("user", (Part(f"{name}{i}", f"{name} step {i}"),), reply=2))
+                acknowledged[name].append(f"{name}{i}")
+            agent.close()
+        except Exception as e:  # noqa: BLE001 - reported below with the thread's name
+            errors.append((name, e))
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in acknowledged]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors, errors
+    st = Store(db)
+    assert set(acknowledged["a"] + acknowledged["b"]) <= st.sources() and st.length() == 10 + 30
+    st.close()
+    check_exact(db)
