@@ -334,8 +334,13 @@ def forget(db: Path = typer.Option(..., help="The session store."),
         table.add_row(k, str(doc[k]))
     table.add_row("compensation", str(len(doc["compensation"])))
     out.print(table)
+    from unsee.impl.store.show import decoder_of
+
+    decode = decoder_of(rt.model)
     for c in doc["compensation"]:
-        console.print(f"[yellow]needs compensation[/yellow] {c['call_id']} ({c['tool']}): {c['reason']}")
+        committed = "never fired" if c["committed"] is None else f"fired {c['tool']}({decode(c['committed'])})"
+        console.print(f"[yellow]needs compensation[/yellow] {c['call_id']}: {c['reason']}; {committed}, the twin "
+                      f"would call {c['tool']}({decode(c['args'])})", soft_wrap=True)
     if doc["pages_recomputed"]:
         console.print(f"[yellow]{len(doc['pages_recomputed'])} stored K/V page(s) failed their digest and were "
                       "recomputed from the verified tokens[/yellow] (counted in tokens_rematerialized)")
@@ -401,6 +406,61 @@ def check(db: Path = typer.Option(..., help="The session store."),
     _write_json(doc, json_path)
     if mismatches:
         raise typer.Exit(1)
+
+
+@app.command()
+def show(db: Path = typer.Option(..., help="The session store."),
+         source: Optional[list[str]] = typer.Option(None, help="Mark what a forget of this source would touch "
+                                                   "(repeatable): its artifacts, τ, I(z) and the checkpoint."),
+         graph: Optional[Path] = typer.Option(None, help="Draw the provenance graph here (.png or .svg)."),
+         json_path: Optional[Path] = typer.Option(None, "--json", help="Write the decoded session here.")) -> None:
+    """The stored session as a person reads it: each turn's observation with its source ids, the
+    model's replies, memory, summaries, tool calls, side effects and receipts, decoded to text."""
+    from unsee.impl.store.show import draw_graph, forget_plan, session_view
+    from unsee.impl.store.sqlite import Store
+    from unsee.model import UnseeError
+
+    store = None
+    try:
+        store = Store(db)
+        doc = session_view(store)
+        if source:
+            doc["forget_plan"] = forget_plan(store, list(source))
+        if graph is not None:
+            if graph.suffix not in (".png", ".svg"):
+                raise UnseeError(f"--graph takes a .png or .svg path, got {graph}")
+            doc["graph"] = draw_graph(store, graph, tuple(source or ()))
+    except (UnseeError, ValueError) as e:
+        _fail(e)
+    finally:
+        if store is not None:
+            store.close()
+    out.print(f"[bold]{db}[/bold]: {doc['model']}, T={doc['T']}, policy {doc['policy']}, "
+              f"checkpoints at {doc['checkpoints']}")
+    for t in doc["turns"]:
+        parts = "  ".join(f"[cyan]\\[{p['source']}][/cyan] {p['text']}" for p in t["parts"]) or "[dim](empty)[/dim]"
+        out.print(f"[bold]t={t['t']}[/bold] {t['kind']}: {parts}", soft_wrap=True)
+        for r in t["replies"]:
+            out.print(f"    [magenta]reply[/magenta] {r}", soft_wrap=True)
+        for m in t["memory"]:
+            out.print(f"    [yellow]memory[/yellow] {m['text']}", soft_wrap=True)
+        if t["summary"] is not None:
+            out.print(f"    [green]summary[/green] {t['summary']}", soft_wrap=True)
+        for c in t["pending_calls"]:
+            out.print(f"    [blue]planned[/blue] {c['tool']}({c['args']}) {c['call_id']}", soft_wrap=True)
+        for c in t["committed"]:
+            out.print(f"    [red]fired[/red] {c['tool']}({c['args']}) {c['call_id']}", soft_wrap=True)
+    for r in doc["receipts"]:
+        out.print(f"receipt: {r['method']} τ={r['tau']} T={r['T']} checkpoint {r['checkpoint']}, "
+                  f"{r['transitions']} transitions, {len(r['compensation'] or [])} compensation(s)")
+    plan = doc.get("forget_plan")
+    if plan:
+        out.print(f"forget {', '.join(plan['sources'])}: τ={plan['tau']}, restore R_{plan['checkpoint']}, replay "
+                  f"{plan['transitions']} transitions; I(z) = {len(plan['taint'])} artifacts: "
+                  f"{', '.join(plan['taint'])}", soft_wrap=True)
+    if graph is not None:
+        out.print(f"wrote {graph}")
+    _write_json(doc, json_path)
 
 
 @app.command()

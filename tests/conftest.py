@@ -26,7 +26,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 #   gpu    CUDA exactness checks (marked in the test files)
 import pytest  # noqa: E402
 
-TINY_MODULES = {"test_api", "test_concurrency", "test_integrity", "test_audit", "test_audit_parallel", "test_cli_store", "test_durability", "test_fixed_point", "test_kv_engine",
+TINY_MODULES = {"test_api", "test_show", "test_concurrency", "test_integrity", "test_audit", "test_audit_parallel", "test_cli_store", "test_durability", "test_fixed_point", "test_kv_engine",
                 "test_kv_exact", "test_kv_pages", "test_model_cache", "test_bench", "test_traces", "test_langgraph",
                 "test_refinement", "test_organism"}
 HEAVY = {"test_kit.py::test_kit_rejects_mutant_with_a_readable_trace", "test_kit.py::test_the_guides_example_command_works_verbatim",

@@ -210,8 +210,10 @@ class Agent:
     def session(self):
         return self.runtime.session
 
-    def step(self, obs) -> None:
+    def step(self, obs) -> dict:
         """One transition R_t = F(R_{t-1}, o_t), persisted before it returns (only R_t is written).
+        Returns what it produced, decoded (`unsee.impl.store.show.turn_view`): the replies, memory
+        records, summary, planned and committed tool calls, and the artifacts with their sources.
 
         Steps and forgets on one store take turns: a step waits while another process forgets,
         then reads the store it left (verified) and steps from there, so no step is lost and
@@ -233,6 +235,10 @@ class Agent:
             except BaseException:
                 self.runtime.session = before  # not persisted: the agent stays where the store is
                 raise
+        from unsee.impl.store.show import decoder_of, turn_view
+
+        s = self.runtime.session
+        return turn_view(s.T, obs, s.states[-2], s.state, decoder_of(s.lm))
 
     def forget(self, sources, method: str = "B7") -> dict:
         """Forget on the live runtime (its resident cache is cropped, not re-read) and persist."""

@@ -1,0 +1,147 @@
+"""A stored session as a person reads it, and its provenance graph as a picture.
+
+`session_view` decodes every turn: the observation's parts with their source ids, the replies
+the model decoded, memory records, the summary a compaction wrote, pending tool calls, the side
+effects that fired, and the receipts of earlier forgets. `draw_graph` draws G_T with one column
+per turn; given a source, it marks the artifacts that carried it, its taint closure I(z), the
+first entry τ and the checkpoint a forget would restore (Algorithm 1, lines 1–4, computed by
+`unsee.model`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def decoder_for(store):
+    """token ids → text, with the stored model's own template (the reference has no text)."""
+    from unsee.impl.store.session import stored_settings
+
+    model = store.meta("model")
+    if model == "reference":
+        return lambda ids: " ".join(f"t{i}" for i in ids)
+    from unsee.impl.engine.models import load
+
+    settings = stored_settings(store)
+    template = load(model, dtype=settings["dtype"], device=settings.get("device"),
+                    attn=settings.get("attn", "eager")).template
+    return lambda ids: template.detokenize(list(ids))
+
+
+def turn_view(t: int, o, prev, r, decode) -> dict:
+    """Transition t decoded: o_t's parts and what F(R_{t-1}, o_t) produced in R_t."""
+    made = [a for a in r.artifacts if a.turn == t]
+    ids = {a.id for a in made}
+    return {
+        "t": t, "kind": o.kind,
+        "parts": [{"source": p.source, "text": p.text, **({"instead_of": p.instead_of} if p.instead_of else {})}
+                  for p in o.parts],
+        "replies": [decode(x) for x in r.outputs],
+        "memory": [{"artifact": aid, "text": decode(toks)} for aid, toks in r.memory if aid in ids],
+        "summary": decode(r.summary) if r.summary is not None and r.summary != prev.summary else None,
+        "pending_calls": [{"call_id": c.call_id, "tool": c.tool, "args": decode(c.args)} for c in r.plan
+                          if c not in prev.plan],
+        "committed": [{"call_id": e.call_id, "tool": e.tool, "args": decode(e.args)}
+                      for e in r.ledger[len(prev.ledger):]],
+        "artifacts": [{"id": a.id, "type": a.type, "sources": sorted(a.source_ids), "parents": list(a.parents)}
+                      for a in made],
+    }
+
+
+def decoder_of(lm):
+    """token ids → text with a loaded model's template (ids as t<id> for the reference)."""
+    template = getattr(lm, "template", None)
+    if template is None:
+        return lambda ids: " ".join(f"t{i}" for i in ids)
+    return lambda ids: template.detokenize(list(ids))
+
+
+def session_view(store, decode=None) -> dict:
+    """Every turn of the stored (verified) session, decoded."""
+    s = store.load(None)
+    decode = decode or decoder_for(store)
+    turns = [turn_view(t, o, s.states[t - 1], s.states[t], decode) for t, o in enumerate(s.observations, 1)]
+    world = [{"call_id": e.call_id, "tool": e.tool, "args": decode(e.args), "turn": e.turn} for e in s.world]
+    receipts = [{k: r.get(k) for k in ("method", "sources", "tau", "T", "checkpoint", "transitions",
+                                       "compensation", "pages_recomputed")} for r in store.receipts()]
+    return {"model": store.meta("model"), "policy": s.policy, "T": s.T,
+            "checkpoints": [c.boundary for c in s.checkpoints], "turns": turns, "world": world, "receipts": receipts}
+
+
+def forget_plan(store, sources) -> dict:
+    """What a forget of `sources` would touch: the carrying artifacts, τ, I(z) and the checkpoint."""
+    from unsee.model.session import choose_checkpoint, first_entry, locate_source, suffix_closure
+
+    s = store.load(None)
+    carriers = tuple(a for src in sources for a in locate_source(s, src))
+    tau = first_entry(s, carriers)
+    taint = suffix_closure(s.state.artifacts, carriers)
+    c = choose_checkpoint(s.checkpoints, tau)
+    return {"sources": list(sources), "carriers": sorted(carriers), "tau": tau, "T": s.T,
+            "taint": sorted(taint), "checkpoint": c.boundary, "transitions": s.T - c.boundary}
+
+
+COLORS = {"system": "#9aa5b1", "user": "#4c8bf5", "memory": "#f5a623", "tool": "#7ed321", "block": "#d0d7de",
+          "reply": "#bd10e0", "plan": "#8b572a", "tool_call": "#6a5acd", "tool_result": "#417505",
+          "summary": "#50e3c2", "memory_record": "#f8e71c"}
+
+
+def draw_graph(store, path: Path, sources=(), title: str | None = None) -> dict:
+    """Draw the stored provenance graph to `path` (.png or .svg): artifacts in one column per
+    turn, edges parent → child. With `sources`: the carrying artifacts ringed red, I(z) filled
+    red, τ and the restored checkpoint's boundary marked. After a forget, the turns the last
+    receipt replayed are shaded. Returns what was drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = store.load(None)
+    arts = s.state.artifacts
+    plan = forget_plan(store, sources) if sources else None
+    taint = set(plan["taint"]) if plan else set()
+    carriers = set(plan["carriers"]) if plan else set()
+    pos, row = {}, {}
+    for a in arts:
+        row[a.turn] = row.get(a.turn, 0) + 1
+        pos[a.id] = (a.turn, -row[a.turn])
+    height = max(row.values(), default=1)
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * (s.T + 1)), max(3.0, 0.55 * height + 1.5)))
+    receipts = store.receipts()
+    if receipts and not plan:
+        last = receipts[-1]
+        ax.axvspan(last["tau"] - 0.5, last["T"] + 0.5, color="#fff3cd", zorder=0,
+                   label=f"replayed by the last forget (τ={last['tau']}, {last['transitions']} transitions)")
+    for a in arts:
+        for p in a.parents:
+            if p in pos:
+                (x0, y0), (x1, y1) = pos[p], pos[a.id]
+                ax.annotate("", xy=(x1, y1), xytext=(x0, y0), zorder=1,
+                            arrowprops={"arrowstyle": "->", "color": "#d0021b" if a.id in taint and p in taint
+                                        else "#8892a0", "lw": 0.8, "shrinkA": 6, "shrinkB": 6})
+    for a in arts:
+        x, y = pos[a.id]
+        ax.scatter([x], [y], s=160, zorder=2, color="#d0021b" if a.id in taint else COLORS.get(a.type, "#cccccc"),
+                   edgecolors="#d0021b" if a.id in carriers else "#333333", linewidths=2.5 if a.id in carriers else 0.6)
+        ax.text(x + 0.12, y, a.type, fontsize=7, va="center", zorder=3)
+    if plan:
+        ax.axvspan(-0.5, plan["checkpoint"] + 0.5, color="#e3f0ff", zorder=0,
+                   label=f"restored from checkpoint R_{plan['checkpoint']} (shared with the twin)")
+        ax.axvline(plan["tau"] - 0.5, color="#d0021b", ls="--", lw=1,
+                   label=f"τ = {plan['tau']}: {plan['transitions']} transitions replayed from here")
+        ax.scatter([], [], s=160, color="#d0021b", label=f"I(z): {len(taint)} artifacts")
+    ax.set_xticks(range(0, s.T + 1))
+    ax.set_xlabel("turn t")
+    ax.set_yticks([])
+    ax.set_xlim(-0.5, s.T + 1.2)
+    ax.set_ylim(-height - 0.8, 0.2)
+    for side in ("left", "right", "top"):
+        ax.spines[side].set_visible(False)
+    ax.set_title(title or f"provenance graph of {Path(store.path).name}: {len(arts)} artifacts, T={s.T}")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2, fontsize=8, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return {"path": str(path), "artifacts": len(arts), "edges": sum(len(a.parents) for a in arts),
+            **({"plan": plan} if plan else {})}

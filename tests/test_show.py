@@ -1,0 +1,50 @@
+"""`unsee show`: a stored session decoded turn by turn, and its provenance graph drawn."""
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from unsee.impl.cli import app
+from unsee.impl.store.session import Agent
+from unsee.model import Observation, Part
+
+runner = CliRunner()
+EPISODE = Path(__file__).resolve().parent.parent / "examples" / "address.jsonl"
+
+
+def test_show_decodes_every_turn_and_marks_what_a_forget_touches(tmp_path):
+    db = tmp_path / "s.db"
+    assert runner.invoke(app, ["run", str(EPISODE), "--db", str(db), "--model", "tiny-llama"]).exit_code == 0
+    res = runner.invoke(app, ["show", "--db", str(db), "--source", "addr", "--graph", str(tmp_path / "g.png"),
+                              "--json", str(tmp_path / "v.json")])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "v.json").read_text())
+    assert [t["t"] for t in doc["turns"]] == list(range(1, 8))
+    assert doc["turns"][2]["parts"] == [{"source": "addr", "text": "The user's home address is 42 Wallaby Way, Sydney."}]
+    assert any(t["committed"] and t["committed"][0]["tool"] == "send" for t in doc["turns"])
+    plan = doc["forget_plan"]
+    assert (plan["tau"], plan["checkpoint"], plan["transitions"]) == (3, 2, 5)
+    assert "t3.1.memory" in plan["taint"] and not any(a.startswith(("t1.", "t2.")) for a in plan["taint"])
+    png = (tmp_path / "g.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    assert "[addr] The user's home address" in res.output and "fired send(" in res.output
+    assert runner.invoke(app, ["forget", "--db", str(db), "--source", "addr"]).exit_code == 0
+    after = runner.invoke(app, ["show", "--db", str(db), "--graph", str(tmp_path / "after.svg")])
+    assert after.exit_code == 0 and "receipt: B7 τ=3 T=7 checkpoint 2, 5 transitions" in after.output
+    assert "42 Wallaby Way" not in after.output
+    assert (tmp_path / "after.svg").read_text().lstrip().startswith("<?xml")
+    gone = runner.invoke(app, ["show", "--db", str(db), "--source", "addr"])
+    assert gone.exit_code == 2 and "never entered this session" in gone.output
+
+
+def test_a_step_returns_what_it_produced(tmp_path):
+    agent = Agent.create(tmp_path / "a.db", model="tiny-llama")
+    agent.step(Observation("system", (Part("sys", "you are an agent"),)))
+    out = agent.step(Observation("user", (Part("u1", "ship it home"),), reply=3, tool="send"))
+    assert out["t"] == 2 and out["parts"] == [{"source": "u1", "text": "ship it home"}]
+    assert len(out["replies"][0].split()) == 3 and out["pending_calls"][0]["tool"] == "send"
+    assert {a["type"] for a in out["artifacts"]} >= {"user", "block", "reply", "plan"}
+    out = agent.step(Observation("user", (Part("u2", "thanks"),), reply=2))
+    assert out["committed"][0]["tool"] == "send"
+    agent.close()
