@@ -145,3 +145,84 @@ def test_re_entry_and_two_targets_are_in_the_bounded_statements():
     has = [f for f in facts if not z3.is_implies(f) and not z3.is_not(f)][0].decl()
     s.add(*facts, has(o[4]))
     assert s.check() == z3.sat
+
+
+# --- certificates: every query as SMT-LIB, re-checked by cvc5 ---------------------------
+
+def emitted(tmp_path, max_steps=3):
+    from unsee.proofs import certificates
+
+    doc = run_all(max_steps, record=True)
+    return doc, certificates.emit(doc, tmp_path)
+
+
+def test_every_certificate_is_re_checked_by_cvc5_and_agrees(tmp_path):
+    import subprocess
+    import sys
+
+    from unsee.proofs import certificates
+
+    doc, index = emitted(tmp_path)
+    report = certificates.recheck(tmp_path, index)
+    assert report["all_agree"], [r["disagreements"][:2] for r in report["rows"] if r["disagreements"]]
+    names = {o.__name__ for o in OBLIGATIONS + ENCODING_CHECKS + REFUTED}
+    assert {r["row"] for r in report["rows"]} == names  # every row has its queries, each re-checked
+    assert all(r["agree"] == r["queries"] >= 1 for r in report["rows"])
+    assert report["queries"] == len(index) == len(list(tmp_path.glob("*/*.smt2")))
+    first = (tmp_path / index[0]["file"]).read_text()
+    assert first.startswith("(set-logic ALL)") and "(set-info :status sat)" in first and "(check-sat)" in first
+    # the folder re-checks itself, with nothing from unsee
+    res = subprocess.run([sys.executable, str(tmp_path / "recheck.py")], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and "all agree" in res.stdout, res.stdout + res.stderr
+
+
+def test_a_false_statement_is_refuted_by_both_solvers(tmp_path):
+    from unsee.proofs import certificates
+
+    doc, index = emitted(tmp_path, 2)
+    assert {r["name"] for r in doc["refuted"]} == {c.__name__ for c in REFUTED}
+    assert all(r["result"] == kernel.COUNTEREXAMPLE for r in doc["refuted"])
+    negated = [e for e in index if e["group"] == "refuted" and e["query"] == "negated goal"]
+    assert len(negated) == len(REFUTED)
+    for e in negated:
+        assert e["z3"] == "sat"
+        answer, _ = certificates.cvc5_check((tmp_path / e["file"]).read_text(), "sat")
+        assert answer == "sat", e  # cvc5 finds the counterexample too
+
+
+def test_a_wrong_expected_answer_or_a_false_certificate_is_a_disagreement(tmp_path):
+    """The re-check can fail: a flipped expected answer, and a file that states something false."""
+    import json
+
+    from unsee.proofs import certificates
+
+    doc, index = emitted(tmp_path, 1)
+    i = next(k for k, e in enumerate(index) if e["query"] == "negated goal" and e["group"] == "obligations")
+    flipped = [dict(e) for e in index]
+    flipped[i]["expected"] = "sat"
+    report = certificates.recheck(tmp_path, flipped)
+    assert not report["all_agree"]
+    (bad,) = [d for r in report["rows"] for d in r["disagreements"]]
+    assert bad["cvc5"] == "unsat" and bad["expected"] == "sat"
+    (tmp_path / index[i]["file"]).write_text("(set-logic ALL)\n(declare-const x Int)\n(assert (> x 0))\n(check-sat)\n")
+    (tmp_path / "index.json").write_text(json.dumps(index))
+    report = certificates.recheck(tmp_path)
+    assert not report["all_agree"]
+    (bad,) = [d for r in report["rows"] for d in r["disagreements"]]
+    assert bad["cvc5"] == "sat" and bad["expected"] == "unsat"
+
+
+def test_prove_emit_writes_the_certificates_and_reports_agreement(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from unsee.impl.cli import app
+
+    path = tmp_path / "prove.json"
+    res = CliRunner().invoke(app, ["prove", "--max-steps", "2", "--emit", str(tmp_path / "smt"), "--json", str(path)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(path.read_text())
+    assert doc["all_proved"] and doc["certificates"]["all_agree"] and "queries" not in doc
+    assert doc["certificates"]["queries"] == len(json.loads((tmp_path / "smt" / "index.json").read_text()))
+    assert "cvc5 agrees" in res.output and "kind" in res.output and "code ties" in res.output
