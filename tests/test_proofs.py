@@ -226,3 +226,115 @@ def test_prove_emit_writes_the_certificates_and_reports_agreement(tmp_path):
     assert doc["all_proved"] and doc["certificates"]["all_agree"] and "queries" not in doc
     assert doc["certificates"]["queries"] == len(json.loads((tmp_path / "smt" / "index.json").read_text()))
     assert "cvc5 agrees" in res.output and "kind" in res.output and "code ties" in res.output
+
+
+# --- bugs planted in model/ break `unsee prove` through the code ties ----------------------
+
+def _last_entry(s, source_artifacts):
+    by_id = {a.id: a for a in s.state.artifacts}
+    return max(by_id[a].turn for a in source_artifacts)
+
+
+def _one_hop(graph, source_artifacts):
+    return set(source_artifacts) | {c for a in source_artifacts for c in graph.successors(a)}
+
+
+def _skips_multi_parent(artifacts, source_artifacts):
+    out = set(source_artifacts)
+    for a in artifacts:
+        if a.id not in out and len(a.parents) == 1 and a.parents[0] in out:
+            out.add(a.id)
+    return out
+
+
+def _at_or_before_tau(checkpoints, tau):
+    return max((c for c in checkpoints if c.boundary <= tau), key=lambda c: c.boundary)
+
+
+def _latest(checkpoints, tau):
+    return max(checkpoints, key=lambda c: c.boundary)
+
+
+def _one_block_too_many(s, c, meter):
+    from dataclasses import replace as _replace
+
+    live, stored = s.state, s.states[c.boundary]
+    more = [b.end for b in live.blocks if b.end > c.token_offset]
+    end = more[0] if more else c.token_offset
+    return _replace(stored, tokens=live.tokens[:end], kv=s.lm.crop(live.kv, end), env=dict(s.snapshots)[c.env_snapshot])
+
+
+def _keeps_hidden(obs, sources):
+    from dataclasses import replace as _replace
+
+    z = frozenset(sources)
+    parts = tuple(_replace(p, instead_of=None) if p.instead_of in z else p
+                  for p in obs.parts if p.source not in z or p.instead_of is not None)
+    return _replace(obs, parts=parts)
+
+
+def _without_keeps_hidden(self, sources):
+    return _keeps_hidden(self, sources)
+
+
+def _dedup_by_id(world, effects):
+    committed = {e.call_id for e in world}
+    return ([e.call_id for e in effects if e.call_id in committed],
+            [{"call_id": e.call_id, "tool": e.tool, "args": list(e.args), "committed": None, "reason": "not committed"}
+             for e in effects if e.call_id not in committed])
+
+
+PLANTED = {  # (module attribute path, replacement, the tie that must catch it)
+    "first_entry returns the last entry": ("session.first_entry", _last_entry, "first_entry"),
+    "taint_closure follows one hop": ("session.taint_closure", _one_hop, "closure"),
+    "suffix_closure skips artifacts with several parents": ("session.suffix_closure", _skips_multi_parent, "closure"),
+    "choose_checkpoint accepts boundary ≤ τ": ("session.choose_checkpoint", _at_or_before_tau, "choose_checkpoint"),
+    "the latest checkpoint regardless of τ": ("session.choose_checkpoint", _latest, "choose_checkpoint"),
+    "restore keeps one block too many": ("session.restore", _one_block_too_many, "restore"),
+    "sanitize keeps a z-sourced instead_of part": ("session.sanitize", _keeps_hidden, "sanitize"),
+    "Observation.without keeps a z-sourced instead_of part": ("state.Observation.without", _without_keeps_hidden,
+                                                              "sanitize"),
+    "replay_tools de-duplicates by call id only": ("session.replay_tools", _dedup_by_id, "replay_tools"),
+}
+
+
+def plant(monkeypatch, where, replacement):
+    from unsee.model import session, state
+
+    owner_path, attr = where.rsplit(".", 1)
+    owner = {"session": session, "state": state}[owner_path.split(".")[0]]
+    for part in owner_path.split(".")[1:]:
+        owner = getattr(owner, part)
+    monkeypatch.setattr(owner, attr, replacement)
+
+
+@pytest.mark.parametrize("bug", PLANTED, ids=list(PLANTED))
+def test_a_bug_planted_in_the_code_makes_prove_report_a_counterexample(bug, monkeypatch):
+    from unsee.proofs.obligations import TIES_OF
+
+    where, replacement, tie = PLANTED[bug]
+    plant(monkeypatch, where, replacement)
+    doc = run_all(2)
+    assert doc["all_proved"] is False
+    ties = {t["name"]: t for t in doc["ties"]}
+    assert ties[tie]["result"] == "counterexample" and ties[tie]["counterexample"], ties[tie]
+    for o in doc["obligations"]:
+        if tie in TIES_OF[o["name"]]:
+            assert o["result"] == kernel.COUNTEREXAMPLE and o["model"], o  # the row names the input that broke it
+
+
+def test_the_command_fails_on_a_planted_bug(monkeypatch, tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from unsee.impl.cli import app
+
+    plant(monkeypatch, *PLANTED["Observation.without keeps a z-sourced instead_of part"][:2])
+    path = tmp_path / "prove.json"
+    res = CliRunner().invoke(app, ["prove", "--max-steps", "2", "--json", str(path)])
+    assert res.exit_code == 1
+    assert "tie sanitize: counterexample" in res.output
+    doc = json.loads(path.read_text())
+    assert {o["name"] for o in doc["obligations"] if o["result"] == "counterexample"} >= {
+        "theorem1_lemma1_induction", "theorem1_bounded", "a2_needed"}
