@@ -80,7 +80,7 @@ MANIFEST = (
         "spec": "assumption_a2_sanitized_stream",
         "proofs": ["a2_needed"],
         "ties": ["sanitize"],
-        "code": ["unsee.model.session.sanitize"],
+        "code": ["unsee.model.session.sanitize", "unsee.model.state.Observation.without"],
         "tests": ["tests/test_statements.py::test_every_statement_holds_on_the_reference"],
     },
     {
@@ -88,7 +88,7 @@ MANIFEST = (
         "spec": "assumption_a3_side_effects",
         "proofs": ["a3_compensation"],
         "ties": ["replay_tools"],
-        "code": [],
+        "code": ["unsee.model.session.replay_tools"],
         "tests": ["tests/test_traces.py::test_each_rule_rejects_the_log_that_breaks_it",
                   "tests/test_statements.py::test_changed_side_effect_is_listed_for_compensation"],
     },

@@ -3,7 +3,7 @@
 import pytest
 import z3
 
-from unsee.proofs import kernel
+from unsee.proofs import code, kernel
 from unsee.proofs.obligations import ENCODING_CHECKS, OBLIGATIONS, REFUTED, run_all
 
 # `unsee prove` defaults to 16; the bounded obligations grow with the square (two targets,
@@ -230,25 +230,12 @@ def test_prove_emit_writes_the_certificates_and_reports_agreement(tmp_path):
 
 # --- bugs planted in model/ break `unsee prove` through the code ties ----------------------
 
-def _last_entry(s, source_artifacts):
-    by_id = {a.id: a for a in s.state.artifacts}
-    return max(by_id[a].turn for a in source_artifacts)
-
-
-def _one_hop(graph, source_artifacts):
-    return set(source_artifacts) | {c for a in source_artifacts for c in graph.successors(a)}
-
-
 def _skips_multi_parent(artifacts, source_artifacts):
     out = set(source_artifacts)
     for a in artifacts:
         if a.id not in out and len(a.parents) == 1 and a.parents[0] in out:
             out.add(a.id)
     return out
-
-
-def _at_or_before_tau(checkpoints, tau):
-    return max((c for c in checkpoints if c.boundary <= tau), key=lambda c: c.boundary)
 
 
 def _latest(checkpoints, tau):
@@ -264,37 +251,22 @@ def _one_block_too_many(s, c, meter):
     return _replace(stored, tokens=live.tokens[:end], kv=s.lm.crop(live.kv, end), env=dict(s.snapshots)[c.env_snapshot])
 
 
-def _keeps_hidden(obs, sources):
-    from dataclasses import replace as _replace
-
-    z = frozenset(sources)
-    parts = tuple(_replace(p, instead_of=None) if p.instead_of in z else p
-                  for p in obs.parts if p.source not in z or p.instead_of is not None)
-    return _replace(obs, parts=parts)
-
-
 def _without_keeps_hidden(self, sources):
-    return _keeps_hidden(self, sources)
-
-
-def _dedup_by_id(world, effects):
-    committed = {e.call_id for e in world}
-    return ([e.call_id for e in effects if e.call_id in committed],
-            [{"call_id": e.call_id, "tool": e.tool, "args": list(e.args), "committed": None, "reason": "not committed"}
-             for e in effects if e.call_id not in committed])
+    return code.broken_sanitize(self, sources)
 
 
 PLANTED = {  # (module attribute path, replacement, the tie that must catch it)
-    "first_entry returns the last entry": ("session.first_entry", _last_entry, "first_entry"),
-    "taint_closure follows one hop": ("session.taint_closure", _one_hop, "closure"),
+    "first_entry returns the last entry": ("session.first_entry", code.broken_first_entry, "first_entry"),
+    "taint_closure follows one hop": ("session.taint_closure", code.broken_taint_closure, "closure"),
     "suffix_closure skips artifacts with several parents": ("session.suffix_closure", _skips_multi_parent, "closure"),
-    "choose_checkpoint accepts boundary ≤ τ": ("session.choose_checkpoint", _at_or_before_tau, "choose_checkpoint"),
+    "choose_checkpoint accepts boundary ≤ τ": ("session.choose_checkpoint", code.broken_choose_checkpoint,
+                                               "choose_checkpoint"),
     "the latest checkpoint regardless of τ": ("session.choose_checkpoint", _latest, "choose_checkpoint"),
     "restore keeps one block too many": ("session.restore", _one_block_too_many, "restore"),
-    "sanitize keeps a z-sourced instead_of part": ("session.sanitize", _keeps_hidden, "sanitize"),
+    "sanitize keeps a z-sourced instead_of part": ("session.sanitize", code.broken_sanitize, "sanitize"),
     "Observation.without keeps a z-sourced instead_of part": ("state.Observation.without", _without_keeps_hidden,
                                                               "sanitize"),
-    "replay_tools de-duplicates by call id only": ("session.replay_tools", _dedup_by_id, "replay_tools"),
+    "replay_tools de-duplicates by call id only": ("session.replay_tools", code.broken_replay_tools, "replay_tools"),
 }
 
 
