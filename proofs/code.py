@@ -4,8 +4,9 @@ The Z3 obligations (`unsee.proofs.obligations`) are about an abstract F. These a
 Python that Algorithm 1 executes. Each entry of PROOFS puts one function of `unsee.model`
 under a contract written from the paper's definitions (never by calling the function again):
 
-  first_entry        τ: the step at which z first enters (z ∈ o_τ, z ∉ o_t for t < τ), located
-                     on the provenance graph that a recorded session (`run`) produced;
+  first_entry        τ: the first step whose observation removing z changes (z ∈ o_τ, or a span
+                     standing instead of z), located by `locate_target` (first_entry on the
+                     provenance graph a recorded session produced, and the log's spans);
   sanitize           o \\ {z}: no span of z is left, every other span kept verbatim (A2);
   Observation.without  the same contract on the method sanitize and o^{-z} call;
   replay_tools       A3: a counterfactual call is recognised iff a committed call has the same id,
@@ -45,8 +46,8 @@ from typing import Callable
 from unsee.model.session import (
     Checkpoint,
     choose_checkpoint,
-    first_entry,
     locate_source,
+    locate_target,
     provenance_graph,
     replay_tools,
     restore,
@@ -68,12 +69,13 @@ NAMES = (Z, "a")  # source ids by index: 0 is the target
 
 # --- τ: first_entry (Algorithm 1, lines 1–2) ---------------------------------------------
 
-ABSENT, ENTERS, HIDDEN = 0, 1, 2  # what step t's observation holds of z
+ABSENT, ENTERS, HIDDEN, SHOWN = 0, 1, 2, 3  # what step t's observation holds of z
 
 
 def entry_stream(entries: tuple[int, ...]) -> tuple[Observation, ...]:
     """One user turn per step; ENTERS adds a span of z that F reads, HIDDEN a span of z that
-    exists only in the world without another target (F does not read it)."""
+    exists only in the world without another target (F does not read it), SHOWN a span of another
+    source that stands instead of z (F reads it only in the world without z)."""
     out = []
     for t, e in enumerate(entries, 1):
         parts = (Part(f"u{t}", f"turn {t}"),)
@@ -81,18 +83,22 @@ def entry_stream(entries: tuple[int, ...]) -> tuple[Observation, ...]:
             parts += (Part(Z, "alice lives at elm street"),)
         elif e == HIDDEN:
             parts += (Part(Z, "alice lives at oak street", instead_of="y"),)
+        elif e == SHOWN:
+            parts += (Part(f"u{t}", "a file of 12 bytes", instead_of=Z),)
         out.append(Observation("user", parts))
     return tuple(out)
 
 
 def tau_pre(entries) -> bool:
-    return len(entries) <= 3 and all(e in (ABSENT, ENTERS, HIDDEN) for e in entries) and ENTERS in entries
+    return len(entries) <= 3 and all(e in (ABSENT, ENTERS, HIDDEN, SHOWN) for e in entries) and ENTERS in entries
 
 
 def tau_post(entries, tau) -> bool:
-    """τ ≥ 1 is the step at which z first enters: z ∈ o_τ and z ∉ o_t for every t < τ (a span of z
-    that F does not read, shown only in a world without another target, is not an entry)."""
-    return 1 <= tau <= len(entries) and entries[tau - 1] == ENTERS and ENTERS not in entries[:tau - 1]
+    """τ ≥ 1 is the first step whose observation removing z changes: z ∈ o_τ (read by F) or a span
+    that stands instead of z, and neither at any t < τ (a span of z that F does not read, shown only
+    in a world without another target, is not an entry: o_t ∖ z reads the same)."""
+    changed = (ENTERS, SHOWN)
+    return 1 <= tau <= len(entries) and entries[tau - 1] in changed and not set(changed) & set(entries[:tau - 1])
 
 
 def located_tau(entries: tuple[int, ...]) -> int:
@@ -100,8 +106,7 @@ def located_tau(entries: tuple[int, ...]) -> int:
     pre: tau_pre(entries)
     post: tau_post(entries, __return__)
     """
-    s = run(entry_stream(entries))
-    return first_entry(s, locate_source(s, Z))
+    return locate_target(run(entry_stream(entries)), (Z,))[1]
 
 
 def broken_first_entry(s, source_artifacts) -> int:
@@ -438,8 +443,9 @@ class CodeProof:
 
 PROOFS = (
     CodeProof("unsee.model.session.first_entry", tau_post.__doc__,
-              "every recorded stream of ≤ 3 steps, z absent, entering or hidden at each (through run, locate_source)",
-              located_tau, located_tau_broken, broken_first_entry.__doc__, 120,
+              "every recorded stream of ≤ 3 steps, z absent, entering, hidden or replaced by a span standing instead "
+              "of it at each (through run, locate_target)",
+              located_tau, located_tau_broken, broken_first_entry.__doc__, 200,
               ((ABSENT, ENTERS),)),
     CodeProof("unsee.model.session.sanitize", sanitize_post.__doc__,
               "≤ 3 spans, each from z or another source, standing instead of the other or of none; "
