@@ -265,7 +265,7 @@ def lemma2_closure_step(max_steps: int) -> Result:
                    [("closure", check_valid(assumptions, goal))], t0)
 
 
-def lemma2_boundary_bounded(max_steps: int) -> Result:
+def lemma2_boundary_bounded(max_steps: int, chain: bool = True) -> Result:
     """Lemma 2 (ii), bounded.
 
     Statement: on the conservative graph a generated artifact is tainted iff it was created at
@@ -273,8 +273,8 @@ def lemma2_boundary_bounded(max_steps: int) -> Result:
     Not covered: the lemma's maximality claim, that no attribution-free certificate can keep
     more (it is about every certification method, not about this graph); and the premise
     itself, that the conservative edges are present: assumed here, and checked of the graphs
-    `step` records by the tie `conservative_graph` (without the chain edge previous output →
-    next the statement is false: counterexamples at n = 2).
+    `step` records by the tie `conservative_graph` (with chain=False, the chain edge previous
+    output → next left free like any other, the statement is false: counterexamples from n = 2).
     Encoding: n turns; each turn has its observation field and two generated artifacts; the
     conservative edges (field → output, previous output → next, within a turn) are always
     present and any forward edge (from an earlier artifact or field) may be added (a free
@@ -294,7 +294,7 @@ def lemma2_boundary_bounded(max_steps: int) -> Result:
             reach = {v: z3.Bool(f"reach_{v[0]}_{v[1]}") for v in fields + derived}
             defs = [reach[(s, None)] == (s == tau) for s in range(1, n + 1)]
             for i, (t, j) in enumerate(derived):
-                cons = [(t, None)] + ([(t - 1, 1)] if t > 1 else []) + ([(t, j - 1)] if j else [])
+                cons = [(t, None)] + ([(t - 1, 1)] if t > 1 and chain else []) + ([(t, j - 1)] if j else [])
                 extra = derived[:i] + [(s, None) for s in range(1, t + 1)]
                 terms = [reach[u] for u in cons]
                 terms += [z3.And(z3.Bool(f"E_{u}_{(t, j)}"), reach[u]) for u in extra if u not in cons]

@@ -310,3 +310,13 @@ def test_the_command_fails_on_a_planted_bug(monkeypatch, tmp_path):
     doc = json.loads(path.read_text())
     assert {o["name"] for o in doc["obligations"] if o["result"] == "counterexample"} >= {
         "theorem1_lemma1_induction", "theorem1_bounded", "a2_needed"}
+
+
+def test_lemma2_boundary_needs_the_chain_edge_it_states():
+    """The boundary holds only on the conservative graph: with the chain edge previous output →
+    next left free like any other forward edge, a counterexample appears at two turns."""
+    from unsee.proofs.obligations import lemma2_boundary_bounded
+
+    assert lemma2_boundary_bounded(3).result == kernel.PROVED
+    r = lemma2_boundary_bounded(3, chain=False)
+    assert r.result == kernel.COUNTEREXAMPLE and r.detail.startswith("n=2")
