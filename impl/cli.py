@@ -98,6 +98,8 @@ def _progress(every: float = 30.0) -> Progress:
 @app.command()
 def prove(max_steps: int = typer.Option(16, help="Bounded obligations check every T up to this."),
           json_path: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
+          emit: Optional[Path] = typer.Option(None, "--emit", help="Also write every SMT query as SMT-LIB 2 here, with "
+                                              "its expected answer and recheck.py, and re-check them all with cvc5."),
           code: bool = typer.Option(False, "--code", help="Instead of the Z3 obligations, run CrossHair on the "
                                     "functions of unsee.model under their contracts, each with a broken copy."),
           budget: float = typer.Option(60.0, help="With --code: CPU seconds per contract at most (a ceiling; "
@@ -105,34 +107,87 @@ def prove(max_steps: int = typer.Option(16, help="Bounded obligations check ever
           paths: Optional[int] = typer.Option(None, help="With --code: explore at most this many paths per contract "
                                               "instead of each contract's own cap (0: no cap, only --budget)."),
           jobs: int = typer.Option(2, help="With --code: processes to spread the contracts over.")) -> None:
-    """Discharge every Z3 obligation: proved, counterexample or unknown (unknown fails). With --code,
-    check the code itself: exhausted, no counterexample or counterexample; a broken copy must be refuted."""
+    """Discharge every Z3 obligation: proved, counterexample or unknown (unknown fails), each row labelled by
+    its kind (validity, existence, checked on samples, encoding check) and tied to the functions of
+    unsee.model it abstracts (each checked on every small input). With --emit, re-check every query with
+    cvc5: a disagreement or an unknown fails. With --code, check the code itself: exhausted, no
+    counterexample or counterexample; a broken copy must be refuted."""
     if code:
         _prove_code(json_path, budget, paths, jobs)
         return
-    from unsee.proofs.obligations import ENCODING_CHECKS, OBLIGATIONS, run_all
+    from rich.markup import escape
+
+    from unsee.proofs.obligations import ENCODING_CHECKS, OBLIGATIONS, REFUTED, run_all
 
     if max_steps < 1:
         raise typer.BadParameter("--max-steps must be at least 1")
     with _progress() as p:
-        task = p.add_task("proving", total=len(OBLIGATIONS) + len(ENCODING_CHECKS))
-        doc = run_all(max_steps, on_result=lambda r: p.advance(task))
+        task = p.add_task("proving", total=len(OBLIGATIONS) + len(ENCODING_CHECKS) + (len(REFUTED) if emit else 0))
+        doc = run_all(max_steps, on_result=lambda r: p.advance(task), record=emit is not None)
+    table = Table(title="code ties: each function of unsee.model against the facts the obligations assume of it")
+    for col in ("tie", "result", "inputs", "seconds", "functions", "bounds"):
+        table.add_column(col, overflow="fold")
+    for t in doc["ties"]:
+        color = "green" if t["result"] == "exhausted" else "red"
+        table.add_row(t["name"], f"[{color}]{t['result']}[/{color}]", str(t["inputs"]), f"{t['seconds']:.3f}",
+                      ", ".join(f.rsplit(".", 1)[-1] for f in t["functions"]), escape(t["bounds"]))
+    out.print(table)
     for key, title in (("obligations", f"Z3 obligations (--max-steps {max_steps}; the bounds each one used)"),
                        ("encoding_checks", "encoding checks (hold by construction; not counted as proofs)")):
         table = Table(title=title)
-        for col in ("check" if key == "encoding_checks" else "obligation", "result", "seconds", "bounds", "statement"):
+        for col in ("check" if key == "encoding_checks" else "obligation", "kind", "result", "seconds", "bounds",
+                    "ties", "statement"):
             table.add_column(col, overflow="fold")
         for o in doc[key]:
             color = "green" if o["result"] == "proved" else "red"
-            table.add_row(o["name"], f"[{color}]{o['result']}[/{color}]", f"{o['seconds']:.3f}", o["bounds"],
-                          o["statement"])
+            # what "proved" establishes depends on the kind: a witness, or the samples only
+            shown = {"existence": "witness found", "checked on samples": "holds on samples"}.get(o["kind"], "proved")
+            shown = shown if o["result"] == "proved" else o["result"]
+            table.add_row(o["name"], o["kind"], f"[{color}]{shown}[/{color}]", f"{o['seconds']:.3f}",
+                          escape(o["bounds"]), ", ".join(a["tie"] for a in o["abstracts"]) or "—",
+                          escape(o["statement"]))
         out.print(table)
+    failed = not doc["all_proved"]
+    if emit is not None:
+        failed |= _recheck_certificates(doc, emit)
     _write_json(doc, json_path)
-    if not doc["all_proved"]:
+    if failed:
+        for t in doc["ties"]:
+            if t["result"] != "exhausted":
+                console.print(f"[red]tie {t['name']}: {t['result']}[/red] {escape(t.get('counterexample', ''))}")
         for o in doc["obligations"]:
             if o["result"] != "proved":
-                console.print(f"[red]{o['name']}: {o['result']}[/red] {o.get('detail', '')}\n{o.get('model', '')}")
+                console.print(f"[red]{o['name']}: {o['result']}[/red] {escape(o.get('detail', ''))}\n"
+                              f"{escape(o.get('model', ''))}")
         raise typer.Exit(1)
+
+
+def _recheck_certificates(doc: dict, folder: Path) -> bool:
+    """`prove --emit`: write the SMT-LIB certificates and re-check each with cvc5; True on any failure.
+    The queries leave `doc` (they are in the folder) and the re-check's report enters it."""
+    from unsee.proofs.certificates import emit, recheck
+
+    index = emit(doc, folder)
+    del doc["queries"]
+    with _progress() as p:
+        task = p.add_task("cvc5", total=len(index))
+        report = recheck(folder, index, on_query=lambda e: p.advance(task))
+    doc["certificates"] = {"folder": str(folder), **report}
+    wrong = [r for r in doc.get("refuted", ()) if r["result"] != "counterexample"]
+    table = Table(title=f"certificates: {report['queries']} SMT-LIB queries in {folder}, re-checked by cvc5")
+    for col in ("row", "group", "queries", "cvc5 agrees", "cvc5 seconds"):
+        table.add_column(col, overflow="fold")
+    for r in report["rows"]:
+        color = "green" if not r["disagreements"] else "red"
+        table.add_row(r["row"], r["group"], str(r["queries"]), f"[{color}]{r['agree']}/{r['queries']}[/{color}]",
+                      f"{r['cvc5_seconds']:.2f}")
+    out.print(table)
+    for r in report["rows"]:
+        for d in r["disagreements"][:3]:
+            console.print(f"[red]{r['row']}: {d['file']}: expected {d['expected']}, z3 {d['z3']}, cvc5 {d['cvc5']}[/red]")
+    for r in wrong:
+        console.print(f"[red]{r['name']}: a deliberately false statement came back {r['result']}[/red]")
+    return not report["all_agree"] or bool(wrong)
 
 
 def _prove_code(json_path: Optional[Path], budget: float, paths: Optional[int], jobs: int) -> None:

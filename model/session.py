@@ -327,7 +327,12 @@ def locate_target(s: Session, sources):
         raise UnseeError("a forget request needs at least one source id")
     arts = tuple(a for src in sources for a in locate_source(s, src))
     tau = first_entry(s, arts)
-    return arts, tau
+    # A part that stands instead of a target is read only in the world without it, so o_t ≠ o^{-z}_t
+    # there although z is not in G: the shared prefix (Lemma 1) ends before it too.
+    z = frozenset(sources)
+    shown = [t for t, o in enumerate(s.observations[:tau - 1], 1)
+             if any(p.instead_of in z and p.source not in z for p in o.parts)]
+    return arts, min(shown, default=tau)
 
 
 def selective_replay(s: Session, sources, checkpoint: int | None = None, independent=frozenset(),

@@ -4,17 +4,22 @@ The Z3 obligations (`unsee.proofs.obligations`) are about an abstract F. These a
 Python that Algorithm 1 executes. Each entry of PROOFS puts one function of `unsee.model`
 under a contract written from the paper's definitions (never by calling the function again):
 
-  first_entry        τ: the step at which z first enters (z ∈ o_τ, z ∉ o_t for t < τ), located
-                     on the provenance graph that a recorded session (`run`) produced;
+  first_entry        τ: the first step whose observation removing z changes (z ∈ o_τ, or a span
+                     standing instead of z), located by `locate_target` (first_entry on the
+                     provenance graph a recorded session produced, and the log's spans);
   sanitize           o \\ {z}: no span of z is left, every other span kept verbatim (A2);
+  Observation.without  the same contract on the method sanitize and o^{-z} call;
+  replay_tools       A3: a counterfactual call is recognised iff a committed call has the same id,
+                     tool and arguments; every other one is listed for compensation;
   taint_closure      I(z) = {a : z ⇝_G a} on the graph `provenance_graph` builds;
   choose_checkpoint  c* = argmax{c ∈ C : boundary(c) < τ}: clean, and the latest such;
   restore            restoring a checkpoint of a recorded session gives R_boundary in every
                      layer, the cache included, with the checkpoint's prompt manifest and offset.
 
 Inputs are symbolic within small bounds (each entry's `bounds`: at most 3 steps, 3 spans,
-3 artifacts, 4 checkpoints, 2 recorded observations). Each contract is also checked on a
-deliberately broken copy of its function, which must come back as a counterexample: a
+3 artifacts, 4 checkpoints, 2 recorded observations, 2 calls a ledger). A function that raises
+on an input that meets its precondition is a counterexample (never a traceback). Each contract
+is also checked on a deliberately broken copy of its function, which must come back as a counterexample: a
 contract that no broken copy can fail would prove nothing (non-vacuity, like the refuted
 statements of the Z3 obligations).
 
@@ -41,16 +46,17 @@ from typing import Callable
 from unsee.model.session import (
     Checkpoint,
     choose_checkpoint,
-    first_entry,
     locate_source,
+    locate_target,
     provenance_graph,
+    replay_tools,
     restore,
     run,
     sanitize,
     suffix_closure,
     taint_closure,
 )
-from unsee.model.state import Artifact, Config, Meter, Observation, Part, State
+from unsee.model.state import Artifact, Config, LedgerEntry, Meter, Observation, Part, State
 
 EXHAUSTED, NO_COUNTEREXAMPLE, COUNTEREXAMPLE = "exhausted", "no counterexample", "counterexample"
 VACUOUS, ERROR = "vacuous", "error"
@@ -63,12 +69,13 @@ NAMES = (Z, "a")  # source ids by index: 0 is the target
 
 # --- τ: first_entry (Algorithm 1, lines 1–2) ---------------------------------------------
 
-ABSENT, ENTERS, HIDDEN = 0, 1, 2  # what step t's observation holds of z
+ABSENT, ENTERS, HIDDEN, SHOWN = 0, 1, 2, 3  # what step t's observation holds of z
 
 
 def entry_stream(entries: tuple[int, ...]) -> tuple[Observation, ...]:
     """One user turn per step; ENTERS adds a span of z that F reads, HIDDEN a span of z that
-    exists only in the world without another target (F does not read it)."""
+    exists only in the world without another target (F does not read it), SHOWN a span of another
+    source that stands instead of z (F reads it only in the world without z)."""
     out = []
     for t, e in enumerate(entries, 1):
         parts = (Part(f"u{t}", f"turn {t}"),)
@@ -76,18 +83,22 @@ def entry_stream(entries: tuple[int, ...]) -> tuple[Observation, ...]:
             parts += (Part(Z, "alice lives at elm street"),)
         elif e == HIDDEN:
             parts += (Part(Z, "alice lives at oak street", instead_of="y"),)
+        elif e == SHOWN:
+            parts += (Part(f"u{t}", "a file of 12 bytes", instead_of=Z),)
         out.append(Observation("user", parts))
     return tuple(out)
 
 
 def tau_pre(entries) -> bool:
-    return len(entries) <= 3 and all(e in (ABSENT, ENTERS, HIDDEN) for e in entries) and ENTERS in entries
+    return len(entries) <= 3 and all(e in (ABSENT, ENTERS, HIDDEN, SHOWN) for e in entries) and ENTERS in entries
 
 
 def tau_post(entries, tau) -> bool:
-    """τ ≥ 1 is the step at which z first enters: z ∈ o_τ and z ∉ o_t for every t < τ (a span of z
-    that F does not read, shown only in a world without another target, is not an entry)."""
-    return 1 <= tau <= len(entries) and entries[tau - 1] == ENTERS and ENTERS not in entries[:tau - 1]
+    """τ ≥ 1 is the first step whose observation removing z changes: z ∈ o_τ (read by F) or a span
+    that stands instead of z, and neither at any t < τ (a span of z that F does not read, shown only
+    in a world without another target, is not an entry: o_t ∖ z reads the same)."""
+    changed = (ENTERS, SHOWN)
+    return 1 <= tau <= len(entries) and entries[tau - 1] in changed and not set(changed) & set(entries[:tau - 1])
 
 
 def located_tau(entries: tuple[int, ...]) -> int:
@@ -95,8 +106,7 @@ def located_tau(entries: tuple[int, ...]) -> int:
     pre: tau_pre(entries)
     post: tau_post(entries, __return__)
     """
-    s = run(entry_stream(entries))
-    return first_entry(s, locate_source(s, Z))
+    return locate_target(run(entry_stream(entries)), (Z,))[1]
 
 
 def broken_first_entry(s, source_artifacts) -> int:
@@ -162,6 +172,77 @@ def sanitized_broken(sources: tuple[int, ...], instead: tuple[int, ...], reply: 
     post: sanitize_post(sources, instead, reply, compact, __return__)
     """
     return broken_sanitize(Observation("tool", spans(sources, instead), reply=reply, compact=compact), (Z,))
+
+
+def withheld(sources: tuple[int, ...], instead: tuple[int, ...], reply: int, compact: bool) -> Observation:
+    """
+    pre: sanitize_pre(sources, instead, reply)
+    post: sanitize_post(sources, instead, reply, compact, __return__)
+    """
+    return Observation("tool", spans(sources, instead), reply=reply, compact=compact).without(frozenset({Z}))
+
+
+def withheld_broken(sources: tuple[int, ...], instead: tuple[int, ...], reply: int, compact: bool) -> Observation:
+    """
+    pre: sanitize_pre(sources, instead, reply)
+    post: sanitize_post(sources, instead, reply, compact, __return__)
+    """
+    return broken_sanitize(Observation("tool", spans(sources, instead), reply=reply, compact=compact), (Z,))
+
+
+# --- A3: replay_tools (line 8) -----------------------------------------------------------
+
+TOOL_NAMES = ("send", "post")
+
+
+def ledger(calls) -> tuple[LedgerEntry, ...]:
+    """Call k = (id, tool, argument) as a committed or counterfactual entry c{id}, TOOL_NAMES[tool], (argument,)."""
+    return tuple(LedgerEntry(f"c{i}", TOOL_NAMES[k], (a,), 1) for i, k, a in calls)
+
+
+def tools_pre(world, effects) -> bool:
+    ok = lambda calls: (len(calls) <= 2 and len({c[0] for c in calls}) == len(calls)  # noqa: E731
+                        and all(0 <= i < 3 and 0 <= k < 2 and 0 <= a < 2 for i, k, a in calls))
+    return ok(world) and ok(effects)
+
+
+def tools_post(world, effects, report) -> bool:
+    """A3: a counterfactual call is recognised (never fired again) iff a committed call has the same
+    id, tool and arguments; every other call is listed for compensation, in order, with the committed
+    arguments under its id (if any) and the reason "not committed" or "arguments differ"."""
+    dedup, differs = report
+    committed = {c[0]: c for c in world}
+    same = [c for c in effects if committed.get(c[0]) == c]
+    rest = [c for c in effects if committed.get(c[0]) != c]
+    return (list(dedup) == [f"c{c[0]}" for c in same]
+            and [(d["call_id"], d["tool"], d["args"], d["committed"], d["reason"]) for d in differs]
+            == [(f"c{i}", TOOL_NAMES[k], [a], None if i not in committed else [committed[i][2]],
+                 "not committed" if i not in committed else "arguments differ") for i, k, a in rest])
+
+
+def recognised(world: tuple[tuple[int, int, int], ...], effects: tuple[tuple[int, int, int], ...]):
+    """
+    pre: tools_pre(world, effects)
+    post: tools_post(world, effects, __return__)
+    """
+    return replay_tools(ledger(world), ledger(effects))
+
+
+def broken_replay_tools(world, effects):
+    """replay_tools recognising a call by its id alone: a call with other arguments (or another tool)
+    under a committed id is taken as already fired, and nothing is listed for compensation."""
+    committed = {e.call_id for e in world}
+    return ([e.call_id for e in effects if e.call_id in committed],
+            [{"call_id": e.call_id, "tool": e.tool, "args": list(e.args), "committed": None, "reason": "not committed"}
+             for e in effects if e.call_id not in committed])
+
+
+def recognised_broken(world: tuple[tuple[int, int, int], ...], effects: tuple[tuple[int, int, int], ...]):
+    """
+    pre: tools_pre(world, effects)
+    post: tools_post(world, effects, __return__)
+    """
+    return broken_replay_tools(ledger(world), ledger(effects))
 
 
 # --- I(z): taint_closure (line 3) on small graphs ----------------------------------------
@@ -357,28 +438,42 @@ class CodeProof:
     broken: Callable  # a deliberately broken copy under the same contract
     mutation: str
     paths: int  # the path cap: the deterministic budget
+    warm: tuple = ()  # one input that meets the precondition: called concretely before CrossHair runs
 
 
 PROOFS = (
     CodeProof("unsee.model.session.first_entry", tau_post.__doc__,
-              "every recorded stream of ≤ 3 steps, z absent, entering or hidden at each (through run, locate_source)",
-              located_tau, located_tau_broken, broken_first_entry.__doc__, 120),
+              "every recorded stream of ≤ 3 steps, z absent, entering, hidden or replaced by a span standing instead "
+              "of it at each (through run, locate_target)",
+              located_tau, located_tau_broken, broken_first_entry.__doc__, 200,
+              ((ABSENT, ENTERS),)),
     CodeProof("unsee.model.session.sanitize", sanitize_post.__doc__,
               "≤ 3 spans, each from z or another source, standing instead of the other or of none; "
               "any reply length, compact or not",
-              sanitized, sanitized_broken, broken_sanitize.__doc__, 250),
+              sanitized, sanitized_broken, broken_sanitize.__doc__, 250, ((0, 1), (-1, 0), 0, False)),
+    CodeProof("unsee.model.state.Observation.without", sanitize_post.__doc__,
+              "≤ 3 spans, each from z or another source, standing instead of the other or of none; "
+              "any reply length, compact or not; Z = {z}",
+              withheld, withheld_broken, broken_sanitize.__doc__, 250, ((0, 1), (-1, 0), 0, False)),
+    CodeProof("unsee.model.session.replay_tools", tools_post.__doc__,
+              "≤ 2 committed and ≤ 2 counterfactual calls, ids < 3 (distinct within each), 2 tools, 2 arguments",
+              recognised, recognised_broken, broken_replay_tools.__doc__, 150,
+              (((0, 0, 0),), ((0, 0, 1),))),
     CodeProof("unsee.model.session.taint_closure", closure_post.__doc__,
               "every DAG on ≤ 3 artifacts, every set of parentless sources (through provenance_graph)",
-              tainted, tainted_broken, broken_taint_closure.__doc__, 150),
+              tainted, tainted_broken, broken_taint_closure.__doc__, 150,
+              (((), (True,)), (True, False))),
     CodeProof("unsee.model.session.suffix_closure", closure_post.__doc__,
               "every DAG on ≤ 3 artifacts, every set of parentless sources (the one pass B7 runs)",
-              tainted_one_pass, tainted_one_pass_broken, broken_suffix_closure.__doc__, 150),
+              tainted_one_pass, tainted_one_pass_broken, broken_suffix_closure.__doc__, 150,
+              (((), (True,)), (True, False))),
     CodeProof("unsee.model.session.choose_checkpoint", checkpoint_post.__doc__,
               "≤ 4 checkpoints at any boundaries ≥ 0, any τ ≥ 1 with one before it",
-              chosen_boundary, chosen_boundary_broken, broken_choose_checkpoint.__doc__, 150),
+              chosen_boundary, chosen_boundary_broken, broken_choose_checkpoint.__doc__, 150,
+              ((0, 1), 2)),
     CodeProof("unsee.model.session.restore", restore_post.__doc__,
               "every checkpoint of every recorded session of ≤ 2 observations (reply, memory, send, compact)",
-              restored_states, restored_states_broken, broken_restore.__doc__, 100),
+              restored_states, restored_states_broken, broken_restore.__doc__, 100, ((0,),)),
 )
 
 
@@ -461,21 +556,44 @@ def analyze(fn: Callable, paths: int | None, budget: float) -> Outcome:
 
 def warm_up() -> None:
     """One concrete call of each checked function before CrossHair runs: networkx compiles its
-    dispatch wrappers on first use, which CrossHair's patched builtins would otherwise interrupt."""
-    located_tau((ABSENT, ENTERS))
-    sanitized((0, 1), (-1, 0), 0, False)
-    tainted(((), (True,)), (True, False))
-    chosen_boundary((0, 1), 2)
-    restored_states((0,))
+    dispatch wrappers on first use, which CrossHair's patched builtins would otherwise interrupt.
+    A function that raises here is not this warm-up's finding: its own entry calls it again
+    (`concrete_failure`) and reports the exception as its counterexample."""
+    for proof in PROOFS:
+        try:
+            proof.check(*proof.warm)
+        except Exception:  # noqa: BLE001  (reported by the entry's own analysis, see above)
+            pass
+
+
+def concrete_failure(fn: Callable, args: tuple) -> Outcome | None:
+    """The function called on one input that meets its precondition: if it raises, that input is a
+    counterexample (a function that raises never breaks the command with a traceback)."""
+    t0 = time.perf_counter()
+    try:
+        fn(*args)
+    except Exception as e:  # noqa: BLE001  (any exception of the code under check is a finding)
+        return Outcome(COUNTEREXAMPLE, 1, time.perf_counter() - t0, "counterexample",
+                       shorten(f"raised {type(e).__name__}: {e} when calling {fn.__name__}{args!r}"))
+    return None
 
 
 def analyze_entry(index: int, which: str, budget: float = BUDGET_SECONDS, paths: int | None = None) -> Outcome:
     """One half of PROOFS[index]: "real" (the function) or "broken" (its broken copy). `paths`
-    overrides the entry's cap (0: no cap, only the time budget)."""
+    overrides the entry's cap (0: no cap, only the time budget). An exception of the function is a
+    counterexample; one of CrossHair itself is an error, reported, never raised."""
     proof = PROOFS[index]
+    fn = proof.check if which == "real" else proof.broken
     warm_up()
+    failed = concrete_failure(fn, proof.warm)
+    if failed is not None:
+        return failed
     cap = proof.paths if paths is None else (paths or None)
-    return analyze(proof.check if which == "real" else proof.broken, cap, budget)
+    t0 = time.perf_counter()
+    try:
+        return analyze(fn, cap, budget)
+    except Exception as e:  # noqa: BLE001  (the analysis failed: an error result, not a traceback)
+        return Outcome(ERROR, 0, time.perf_counter() - t0, "no analysis", f"{type(e).__name__}: {e}")
 
 
 def result_of(index: int, real: Outcome, broken: Outcome, paths: int | None = None) -> CodeResult:

@@ -1,16 +1,24 @@
 """A tiny proof kernel over Z3: every obligation ends as proved, counterexample or unknown.
 
-`prove(assumptions, goal)` is a validity claim: it first checks that the assumptions are
-satisfiable (a proof from contradictory assumptions proves nothing, so that is reported
-as unknown, never as proved), then asks Z3 for a model of assumptions ∧ ¬goal: none
-means proved; one is the counterexample.
+`check_valid(assumptions, goal)` is a validity claim (∀): it first checks that the assumptions
+are satisfiable (a proof from contradictory assumptions proves nothing, so that is reported as
+unknown, never as proved), then asks Z3 for a model of assumptions ∧ ¬goal: none (unsat) means
+proved; one is the counterexample. Where the assumptions are quantified and Z3 cannot decide
+their satisfiability alone, `witness` narrows them to a small model (a model of assumptions ∧
+witness is a model of the assumptions).
 
-`exhibit(constraints)` is an existence claim (a counter-model *for some other operator*):
+`check_exists(constraints)` is an existence claim (a counter-model *for some other operator*):
 a model proves it, and the model is kept as the witness; unsat refutes it.
+
+Every query the kernel sends to Z3 is recorded, while `recording()` is active, as SMT-LIB 2
+with the answer Z3 gave and the answer the claim needs (`unsee.proofs.certificates` writes
+them out and re-checks them with a second solver).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import time
 from dataclasses import dataclass
 
@@ -18,6 +26,14 @@ import z3
 
 PROVED, COUNTEREXAMPLE, UNKNOWN = "proved", "counterexample", "unknown"
 TIMEOUT_MS = 20_000
+
+# What a row establishes (its own column in the table and the JSON).
+VALIDITY = "validity"  # ∀: assumptions ∧ ¬goal is unsat
+EXISTENCE = "existence"  # ∃: a model is the witness (a counter-model for other operators)
+SAMPLES = "checked on samples"  # concrete sessions, each an SMT check; says nothing beyond them
+ENCODING = "encoding check"  # holds by how the terms are built; never counted as a proof
+EXHAUSTIVE = "exhaustive on small inputs"  # code ties: the real function on every input within a bound
+KINDS = (VALIDITY, EXISTENCE, SAMPLES, ENCODING, EXHAUSTIVE)
 
 
 @dataclass(frozen=True)
@@ -28,20 +44,52 @@ class Result:
     seconds: float
     model: str | None = None  # the counterexample, or the witness of an existence claim
     detail: str = ""
-    bounds: str = ""  # the bounds the check actually used ("unbounded" for the step proofs)
+    bounds: str = ""  # the bounds the check actually used ("unbounded" only where it has none)
+    kind: str = ""  # one of KINDS
+    abstracts: tuple = ()  # the code ties: dicts naming each function of unsee.model and its check
 
     @property
     def ok(self) -> bool:
         return self.result == PROVED
 
     def to_json(self) -> dict:
-        d = {"name": self.name, "statement": self.statement, "result": self.result,
-             "seconds": round(self.seconds, 4), "bounds": self.bounds}
+        d = {"name": self.name, "kind": self.kind, "statement": self.statement, "result": self.result,
+             "seconds": round(self.seconds, 4), "bounds": self.bounds, "abstracts": list(self.abstracts)}
         if self.model:
             d["model"] = self.model
         if self.detail:
             d["detail"] = self.detail
         return d
+
+
+@dataclass(frozen=True)
+class Query:
+    """One query sent to Z3: `expected` is the answer the claim needs, `z3` the one Z3 gave."""
+
+    label: str  # "assumptions", "negated goal" or "witness"
+    smt2: str
+    expected: str  # "sat" or "unsat"
+    z3: str
+
+
+_recording: contextvars.ContextVar[list | None] = contextvars.ContextVar("recording", default=None)
+
+
+@contextlib.contextmanager
+def recording():
+    """Collect every query the kernel sends while the block runs (a list of Query)."""
+    queries: list[Query] = []
+    token = _recording.set(queries)
+    try:
+        yield queries
+    finally:
+        _recording.reset(token)
+
+
+def _record(s: z3.Solver, label: str, expected: str, answer) -> None:
+    queries = _recording.get()
+    if queries is not None:
+        queries.append(Query(label, s.to_smt2(), expected, str(answer)))
 
 
 def _solver() -> z3.Solver:
@@ -50,17 +98,22 @@ def _solver() -> z3.Solver:
     return s
 
 
-def check_valid(assumptions, goal) -> tuple[str, str | None, str]:
+def check_valid(assumptions, goal, witness=()) -> tuple[str, str | None, str]:
     """(result, model, detail) for 'assumptions ⇒ goal'."""
     s = _solver()
-    s.add(*assumptions)
+    s.add(*assumptions, *witness)
     sat = s.check()
+    _record(s, "assumptions", "sat", sat)
     if sat == z3.unsat:
-        return UNKNOWN, None, "vacuous: the assumptions are unsatisfiable"
+        return UNKNOWN, None, "vacuous: the assumptions are unsatisfiable" + (" with the witness" if witness else "")
     if sat == z3.unknown:
         return UNKNOWN, None, f"assumptions: {s.reason_unknown()}"
+    if witness:  # the witness narrows the assumptions: the goal is asked of them alone
+        s = _solver()
+        s.add(*assumptions)
     s.add(z3.Not(goal))
     r = s.check()
+    _record(s, "negated goal", "unsat", r)
     if r == z3.unsat:
         return PROVED, None, ""
     if r == z3.sat:
@@ -72,6 +125,7 @@ def check_exists(constraints) -> tuple[str, str | None, str]:
     s = _solver()
     s.add(*constraints)
     r = s.check()
+    _record(s, "witness", "sat", r)
     if r == z3.sat:
         return PROVED, str(s.model()), ""
     if r == z3.unsat:

@@ -1,5 +1,6 @@
 """Each paper statement → its spec function, its Z3 obligations (and the encoding checks beside
-them, which are not proofs), the functions of model/ whose code is checked against a contract
+them, which are not proofs), the code ties that check the functions those obligations abstract
+on every small input (`unsee.proofs.ties`), the functions of model/ whose code is checked against a contract
 written from it (`unsee prove --code`, proofs/code.py), and the tests that run it: the
 property tests, the refinement of the Z3 graph model and the engine's trace validation.
 
@@ -11,7 +12,8 @@ MANIFEST = (
     {
         "statement": "Lemma 1 (Prefix sharing)",
         "spec": "lemma1_prefix_sharing",
-        "proofs": ["lemma1_bounded", "lemma1_inductive"],
+        "proofs": ["theorem1_lemma1_induction", "lemma1_bounded"],
+        "ties": ["F", "sanitize", "first_entry", "restore", "replay"],
         "code": ["unsee.model.session.first_entry"],
         "tests": ["tests/test_reference_machine.py::TestReferenceMachine",
                   "tests/test_statements.py::test_every_statement_holds_on_the_reference"],
@@ -20,6 +22,7 @@ MANIFEST = (
         "statement": "Lemma 2 (i) taint monotonicity",
         "spec": "lemma2_taint_monotonicity",
         "proofs": ["lemma2_closure_step"],
+        "ties": ["closure"],
         "code": [],
         "tests": ["tests/test_reference_machine.py::TestReferenceMachine",
                   "tests/test_statements.py::test_every_statement_holds_on_the_reference"],
@@ -28,6 +31,7 @@ MANIFEST = (
         "statement": "Lemma 2 (ii) certifiable boundary",
         "spec": "lemma2_certifiable_boundary",
         "proofs": ["lemma2_boundary_bounded", "lemma2_taint_queries"],
+        "ties": ["closure", "conservative_graph"],
         "code": ["unsee.model.session.taint_closure", "unsee.model.session.suffix_closure"],
         "tests": ["tests/test_refinement.py::test_z3_closure_refines_the_reference_runtime",
                   "tests/test_refinement.py::test_z3_closure_refines_the_kv_runtime",
@@ -36,8 +40,8 @@ MANIFEST = (
     {
         "statement": "Theorem 1 (Splicing equivalence)",
         "spec": "theorem1_splicing_equivalence",
-        "proofs": ["theorem1_step", "theorem1_bounded"],
-        "encoding_checks": ["theorem1_base"],
+        "proofs": ["theorem1_lemma1_induction", "theorem1_bounded"],
+        "ties": ["F", "sanitize", "first_entry", "restore", "replay"],
         "code": ["unsee.model.session.restore"],
         "tests": ["tests/test_traces.py::test_every_forget_of_varied_sessions_follows_the_spec",
                   "tests/test_traces.py::test_a_mutated_engine_is_rejected_by_the_rule_it_breaks",
@@ -55,8 +59,9 @@ MANIFEST = (
     {
         "statement": "Corollary 1 (Recomputation lower bound and optimality)",
         "spec": "corollary1_optimal_invocations",
-        "proofs": ["corollary1_cheaper_shapes_not_exact", "corollary1_any_checkpoint_set"],
+        "proofs": ["corollary1_cheaper_shapes_not_exact", "corollary1_cost", "corollary1_any_checkpoint_set"],
         "encoding_checks": ["corollary1_splice_is_exact"],
+        "ties": ["F", "sanitize", "first_entry", "choose_checkpoint", "restore", "replay"],
         "code": ["unsee.model.session.choose_checkpoint"],
         "tests": ["tests/test_traces.py::test_full_reset_and_forced_checkpoint_follow_the_spec",
                   "tests/test_statements.py::test_coarser_checkpoint_costs_T_minus_c",
@@ -66,6 +71,7 @@ MANIFEST = (
         "statement": "Assumption A1 (deterministic decoding)",
         "spec": "assumption_a1_deterministic_decoding",
         "proofs": ["a1_needed"],
+        "ties": ["F"],
         "code": [],
         "tests": ["tests/test_statements.py::test_unseeded_sampling_is_reported_as_a1_violation"],
     },
@@ -73,14 +79,16 @@ MANIFEST = (
         "statement": "Assumption A2 (sanitized stream = counterfactual stream)",
         "spec": "assumption_a2_sanitized_stream",
         "proofs": ["a2_needed"],
-        "code": ["unsee.model.session.sanitize"],
+        "ties": ["sanitize"],
+        "code": ["unsee.model.session.sanitize", "unsee.model.state.Observation.without"],
         "tests": ["tests/test_statements.py::test_every_statement_holds_on_the_reference"],
     },
     {
         "statement": "Assumption A3 (no committed side effects after tau)",
         "spec": "assumption_a3_side_effects",
-        "proofs": [],
-        "code": [],
+        "proofs": ["a3_compensation"],
+        "ties": ["replay_tools"],
+        "code": ["unsee.model.session.replay_tools"],
         "tests": ["tests/test_traces.py::test_each_rule_rejects_the_log_that_breaks_it",
                   "tests/test_statements.py::test_changed_side_effect_is_listed_for_compensation"],
     },

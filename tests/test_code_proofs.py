@@ -11,6 +11,7 @@ from unsee.impl.cli import app
 from unsee.proofs import code
 
 FUNCTIONS = {"unsee.model.session.first_entry", "unsee.model.session.sanitize", "unsee.model.session.taint_closure",
+             "unsee.model.state.Observation.without", "unsee.model.session.replay_tools",
              "unsee.model.session.suffix_closure", "unsee.model.session.choose_checkpoint",
              "unsee.model.session.restore"}
 runner = CliRunner()
@@ -36,7 +37,8 @@ def test_every_function_is_listed_and_none_has_a_counterexample(bounded_pass):
             assert f["stopped"] == "exhausted" and f["paths"] <= f["path_cap"]
         else:
             assert f["stopped"] in ("path cap", "time budget")
-    for name in ("first_entry", "sanitize", "taint_closure", "suffix_closure", "choose_checkpoint", "restore"):
+    for name in ("first_entry", "sanitize", "taint_closure", "suffix_closure", "choose_checkpoint", "restore", "without",
+                 "replay_tools"):
         assert name in res.output
 
 
@@ -103,3 +105,24 @@ def never_called(x: int) -> int:
 def test_a_precondition_no_input_meets_is_vacuous():
     out = code.analyze(never_called, 50, 20.0)
     assert out.result == code.VACUOUS
+
+
+def _raises(s, c, meter):
+    from unsee.model.session import UnseeError
+
+    raise UnseeError(f"checkpoint at boundary {c.boundary} restored a cache of the wrong length")
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_function_that_raises_is_a_counterexample_not_a_traceback(tmp_path, monkeypatch, jobs):
+    """restore raising on every checkpoint (as a restore that keeps one block too many does, through
+    its own length check): reported as a counterexample with the exception, in JSON, exit 1."""
+    i = next(k for k, p in enumerate(code.PROOFS) if p.name.endswith("restore"))
+    monkeypatch.setattr(code, "restore", _raises)
+    monkeypatch.setattr(code, "PROOFS", (code.PROOFS[i],))
+    path = tmp_path / "code.json"
+    res = runner.invoke(app, ["prove", "--code", "--jobs", jobs, "--paths", "5", "--json", str(path)])
+    assert res.exit_code == 1 and res.exception is None or isinstance(res.exception, SystemExit), res.output
+    (f,) = json.loads(path.read_text())["functions"]
+    assert f["result"] == code.COUNTEREXAMPLE and "raised UnseeError" in f["counterexample"], f
+    assert "Traceback" not in res.output

@@ -4,7 +4,8 @@ import ast
 from pathlib import Path
 
 from unsee.proofs.code import PROOFS as CODE_PROOFS
-from unsee.proofs.obligations import ENCODING_CHECKS, OBLIGATIONS
+from unsee.proofs.obligations import ENCODING_CHECKS, OBLIGATIONS, TIES_OF
+from unsee.proofs.ties import TIES
 from unsee.specs import statements
 from unsee.specs.manifest import MANIFEST
 
@@ -26,6 +27,8 @@ def test_every_manifest_name_exists():
             assert p in obligation_names, f"{row['statement']}: no obligation {p}"
         for f in row["code"]:
             assert f in {c.name for c in CODE_PROOFS}, f"{row['statement']}: no code-level check of {f}"
+        for t in row.get("ties", ()):
+            assert t in {tie.name for tie in TIES}, f"{row['statement']}: no code tie {t}"
         for p in row.get("encoding_checks", ()):
             assert p in {o.__name__ for o in ENCODING_CHECKS}, f"{row['statement']}: no encoding check {p}"
         assert row["tests"], f"{row['statement']}: no test runs it"
@@ -42,3 +45,12 @@ def test_no_spec_or_obligation_is_left_out():
     assert {o.__name__ for o in OBLIGATIONS} == listed_proofs
     assert {o.__name__ for o in ENCODING_CHECKS} == {p for row in MANIFEST for p in row.get("encoding_checks", ())}
     assert {c.name for c in CODE_PROOFS} == {f for row in MANIFEST for f in row["code"]}
+    assert {t.name for t in TIES} == {t for row in MANIFEST for t in row.get("ties", ())}
+
+
+def test_each_row_lists_the_ties_of_its_obligations():
+    """A row's ties are those its obligations rest on (obligations.TIES_OF), so the manifest and
+    the prover say the same thing about which code each statement is checked against."""
+    for row in MANIFEST:
+        want = {t for p in row["proofs"] for t in TIES_OF[p]}
+        assert want <= set(row.get("ties", ())), f"{row['statement']}: ties {sorted(want)} not listed"
