@@ -667,7 +667,7 @@ def soak(model: str = typer.Option("tiny-llama", help="Model to run the session 
         verdict = "[green]exact[/green]" if row["exact"] else f"[red]NOT EXACT[/red] (kept in {row.get('kept')})"
         out.print(f"iteration {row['iteration'] + 1}/{iterations}: {verdict}; forget {row.get('seconds')} s "
                   f"(integrity {row.get('integrity_seconds')} s), processes {row['forget_process_seconds']} s + "
-                  f"{row['check_process_seconds']} s")
+                  f"{row['check_process_seconds']} s, load average {row['loadavg']}")
 
     out.print(f"soak: {model}, {turns} turns, {iterations} iterations of {method.value} forget → check, "
               f"{load} busy process(es)")

@@ -35,6 +35,14 @@ def _unsee(*args, timeout: float = 7200) -> tuple[int, str, float]:
     return p.returncode, p.stdout + p.stderr, time.perf_counter() - t0
 
 
+def loadavg() -> float | None:
+    """The 1-minute load average: how many processes competed for the cores (besides `load`)."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -121,7 +129,7 @@ def soak(model: str = "tiny-llama", turns: int = 30, iterations: int = 20, load:
             ccode, ctext, check_s = _unsee("check", "--db", work / "session.db", "--json", work / "check.json") \
                 if fcode == 0 else (None, "", 0.0)
             row = {"iteration": i, "forget_exit": fcode, "check_exit": ccode, "forget_process_seconds": round(forget_s, 2),
-                   "check_process_seconds": round(check_s, 2)}
+                   "check_process_seconds": round(check_s, 2), "loadavg": loadavg()}
             if fcode == 0:
                 receipt = json.loads((work / "receipt.json").read_text())
                 row.update({k: receipt.get(k) for k in ("seconds", "open_seconds", "save_seconds", "integrity_seconds",

@@ -70,11 +70,10 @@ def session_view(store, decode=None) -> dict:
 
 def forget_plan(store, sources) -> dict:
     """What a forget of `sources` would touch: the carrying artifacts, τ, I(z) and the checkpoint."""
-    from unsee.model.session import choose_checkpoint, first_entry, locate_source, suffix_closure
+    from unsee.model.session import choose_checkpoint, locate_target, suffix_closure
 
     s = store.load(None)
-    carriers = tuple(a for src in sources for a in locate_source(s, src))
-    tau = first_entry(s, carriers)
+    carriers, tau = locate_target(s, list(sources))
     taint = suffix_closure(s.state.artifacts, carriers)
     c = choose_checkpoint(s.checkpoints, tau)
     return {"sources": list(sources), "carriers": sorted(carriers), "tau": tau, "T": s.T,
