@@ -26,6 +26,7 @@ COSTLY = {
     "unsee prove": "tests/test_cli.py, tests/test_proofs.py, tests/test_code_proofs.py",
     "unsee bench": "tests/test_bench.py",
     "unsee audit": "tests/test_audit.py",
+    "unsee soak": "tests/test_integrity.py",
 }
 # Not unsee commands: the kit runs a user's runtime (tests/test_kit.py runs it on the example).
 OTHER = {"python -m pytest --pyargs unsee.specs.conformance": "tests/test_kit.py"}
