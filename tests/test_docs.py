@@ -58,6 +58,19 @@ def _cli(args: list[str]) -> tuple[click.Command, list[str], list[str]]:
     return cmd, path, args
 
 
+def _kit_command_exists(line: str) -> None:
+    """The kit's module imports and its pytest plugin (registered under pytest11) takes the options shown."""
+    import importlib.metadata
+
+    import unsee.specs.conformance  # noqa: F401
+    from unsee.specs import plugin
+
+    (ep,) = [e for e in importlib.metadata.entry_points(group="pytest11") if e.value == "unsee.specs.plugin"]
+    source = Path(plugin.__file__).read_text()
+    for opt in re.findall(r"(--unsee-[a-z-]+)", line):
+        assert f'"{opt}"' in source, f"the kit has no option {opt}"
+
+
 def test_readme_is_a_short_front_door():
     text = README.read_text()
     assert len(text.splitlines()) <= 150
@@ -78,6 +91,7 @@ def test_every_readme_command_runs(tmp_path, monkeypatch):
         if line in SETUP:
             continue
         if any(line.startswith(k) for k in OTHER):
+            _kit_command_exists(line)
             seen.add(line)
             continue
         argv = shlex.split(line)
