@@ -1,0 +1,158 @@
+"""The documentation says what the code does: every command the README shows runs (or, where
+it takes minutes, parses against the real CLI), the CLI reference is the commands' own help,
+and every relative link points at a file that exists."""
+
+import importlib.util
+import json
+import re
+import shlex
+import shutil
+from pathlib import Path
+
+import click
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from unsee.impl.cli import app
+
+pytestmark = pytest.mark.tiny  # the README's tour runs on tiny-llama
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+SETUP = ("bash scripts/setup.sh && .venv/bin/unsee demo", "bash scripts/setup.sh && .venv/bin/python -m pytest")
+# Commands that take minutes: parsed against the CLI here, run by the tests named.
+COSTLY = {
+    "unsee prove": "tests/test_cli.py, tests/test_proofs.py, tests/test_code_proofs.py",
+    "unsee bench": "tests/test_bench.py",
+    "unsee audit": "tests/test_audit.py",
+    "unsee soak": "tests/test_integrity.py",
+}
+# Not unsee commands: the kit runs a user's runtime (tests/test_kit.py runs it on the example).
+OTHER = {"python -m pytest --pyargs unsee.specs.conformance": "tests/test_kit.py"}
+
+
+def _blocks(text: str, lang: str) -> list[str]:
+    return re.findall(rf"^```{lang}\n(.*?)^```", text, flags=re.S | re.M)
+
+
+def readme_commands(text: str) -> list[str]:
+    """Every command line of the README's bash blocks, continuation lines joined."""
+    lines = []
+    for block in _blocks(text, "bash"):
+        for line in block.replace("\\\n", " ").splitlines():
+            if line.strip() and not line.lstrip().startswith("#"):
+                lines.append(line.strip())
+    return lines
+
+
+def _cli(args: list[str]) -> tuple[click.Command, list[str], list[str]]:
+    """The click command that `unsee args…` names, its path and its own arguments."""
+    cmd, path = typer.main.get_command(app), ["unsee"]
+    args = list(args)
+    while hasattr(cmd, "list_commands") and args and not args[0].startswith("-"):
+        ctx = click.Context(cmd, info_name=" ".join(path))
+        cmd = cmd.get_command(ctx, args[0])
+        assert cmd is not None, f"unsee has no command {' '.join(path[1:] + [args[0]])}"
+        path.append(args.pop(0))
+    return cmd, path, args
+
+
+def _kit_command_exists(line: str) -> None:
+    """The kit's module imports and its pytest plugin (registered under pytest11) takes the options shown."""
+    import importlib.metadata
+
+    import unsee.specs.conformance  # noqa: F401
+    from unsee.specs import plugin
+
+    (ep,) = [e for e in importlib.metadata.entry_points(group="pytest11") if e.value == "unsee.specs.plugin"]
+    source = Path(plugin.__file__).read_text()
+    for opt in re.findall(r"(--unsee-[a-z-]+)", line):
+        assert f'"{opt}"' in source, f"the kit has no option {opt}"
+
+
+def test_readme_is_a_short_front_door():
+    text = README.read_text()
+    assert len(text.splitlines()) <= 150
+    assert readme_commands(text)[:2] == list(SETUP)
+    assert "Forgetting Without Restarting: Execution-State Unlearning for Stateful LLM" in " ".join(text.split())
+    for word in ("format 1", "used to", "p =", "p-value", "budget"):
+        assert word not in text, word
+    assert not re.search(r"\b[0-9a-f]{7,40}\b", text), "a commit hash in the README"
+
+
+def test_every_readme_command_runs(tmp_path, monkeypatch):
+    """The tour verbatim (tiny-llama, in a temp dir with the examples); costly commands parse."""
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    outputs, seen = {}, set()
+    for line in readme_commands(README.read_text()):
+        if line in SETUP:
+            continue
+        if any(line.startswith(k) for k in OTHER):
+            _kit_command_exists(line)
+            seen.add(line)
+            continue
+        argv = shlex.split(line)
+        assert argv[0] in (".venv/bin/unsee", "unsee"), f"the README shows a command this test does not know: {line}"
+        cmd, path, args = _cli(argv[1:])
+        name = " ".join(path)
+        if any(name.startswith(k) for k in COSTLY):
+            cmd.make_context(name, list(args))  # raises on an unknown option or a bad value
+        else:
+            res = runner.invoke(app, argv[1:])
+            assert res.exit_code == 0, f"{line}\n{res.output}"
+            outputs[line] = res.output
+        seen.add(line)
+    assert len(seen) >= 10
+
+    # What the README says about these commands' output.
+    demo = next(o for l, o in outputs.items() if " demo" in l)
+    assert "5 = T−τ+1 = 10−6+1 transitions" in " ".join(demo.split())
+    receipt = json.loads((tmp_path / "receipt.json").read_text())
+    assert (receipt["tau"], receipt["T"], receipt["checkpoint"], receipt["transitions"]) == (3, 7, 2, 5)
+    assert len(receipt["compensation"]) == 1 and receipt["tokens_restored"] > 0
+    assert any("exact=True" in o for l, o in outputs.items() if l.endswith("check --db session.db"))
+    before = next(o for l, o in outputs.items() if "--source addr --graph" in l)
+    assert "τ=3" in before and "I(z)" in before
+    assert (tmp_path / "before.svg").exists() and (tmp_path / "after.svg").exists()
+
+
+def test_readme_python_example_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (code,) = _blocks(README.read_text(), "python")
+    exec(compile(code, "README.md", "exec"), {})
+    assert (tmp_path / "agent.db").exists()
+
+
+def _cli_reference():
+    spec = importlib.util.spec_from_file_location("cli_reference", ROOT / "scripts" / "cli_reference.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_cli_reference_is_the_commands_own_help():
+    """docs/cli.md regenerated from `--help` is what is committed (python scripts/cli_reference.py)."""
+    assert (ROOT / "docs" / "cli.md").read_text() == _cli_reference().render()
+
+
+def test_the_glossary_defines_every_method_and_policy():
+    from unsee.impl.experiments.baselines import METHODS
+    from unsee.model.session import POLICIES
+
+    glossary = (ROOT / "docs" / "glossary.md").read_text()
+    for name in METHODS:
+        assert f"| {'span excision' if name == 'span' else name} |" in glossary, name
+    for name in POLICIES:
+        assert f"`{name}`" in glossary, name
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/cli.md", "docs/glossary.md", "docs/design.md",
+                                  "docs/baselines.md", "docs/langgraph.md", "docs/results/README.md"])
+def test_relative_links_point_at_files(page):
+    path = ROOT / page
+    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text()):
+        if "://" not in target:
+            assert (path.parent / target).exists(), f"{page} links to {target}, which does not exist"
