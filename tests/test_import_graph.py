@@ -120,19 +120,3 @@ def test_every_impl_module_sits_in_a_folder_that_names_its_concern():
     folders = {f.parent.name for f in (ROOT / "impl").rglob("*.py") if f.parent != ROOT / "impl"}
     assert folders == CONCERNS, folders
 
-
-def test_the_old_flat_names_still_import(recwarn):
-    """Deprecated, not broken: `unsee.impl.agent:kv_tiny_llama` (the kit's documented runtime)."""
-    import importlib
-
-    from unsee.impl import MOVED
-
-    for old, homes in MOVED.items():
-        sys.modules.pop(f"unsee.impl.{old}", None)  # imported afresh, so that it warns here
-        mod = importlib.import_module(f"unsee.impl.{old}")
-        for home in homes:
-            new = importlib.import_module(home)
-            public = [k for k in vars(new) if not k.startswith("_") and getattr(new, k).__class__.__name__ in ("function", "type")
-                      and getattr(getattr(new, k), "__module__", "") == home]
-            assert public and all(getattr(mod, k) is getattr(new, k) for k in public), (old, home)
-    assert any(issubclass(w.category, DeprecationWarning) for w in recwarn.list)

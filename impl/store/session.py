@@ -29,8 +29,7 @@ def open_runtime(store, **kw) -> ReferenceRuntime:
     settings the store was run with (weights, dtype, attention kernel, threads, device): anything
     else would not reproduce its states, so it is refused. No cache is resident until a forget
     restores one, from the store's K/V pages where it keeps them."""
-    from unsee.impl.store import StoreError, with_live_cache
-    from unsee.impl.store.sqlite import identity_of
+    from unsee.impl.store.sqlite import StoreError, identity_of, with_live_cache
 
     model = store.meta("model")
     pages = store.meta("kv_pages")
@@ -192,7 +191,7 @@ class Agent:
     @classmethod
     def create(cls, path, model: str = "tiny-llama", config: Config = Config(), policy: str = "every",
                kv_pages: bool = True, **kw) -> "Agent":
-        from unsee.impl.store import Store
+        from unsee.impl.store.sqlite import Store
 
         rt = make_runtime(model, config, policy, kv_pages=kv_pages, **kw)
         store = Store(path, create=True)  # refuses an existing path
@@ -201,7 +200,7 @@ class Agent:
 
     @classmethod
     def open(cls, path) -> "Agent":
-        from unsee.impl.store import Store
+        from unsee.impl.store.sqlite import Store
 
         store = Store(path)
         return cls(store, open_runtime(store))
