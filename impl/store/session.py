@@ -10,18 +10,10 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from unsee.impl.engine.runtime import make_runtime
+from unsee.impl.store.sqlite import stored_settings
 from unsee.model.runtime import ReferenceRuntime
 from unsee.model.session import UnseeError
 from unsee.model.state import Config
-
-
-def stored_settings(store) -> dict:
-    """The execution settings a store was run with, as make_runtime's keywords."""
-    stored = json.loads(store.meta("identity", "{}"))
-    settings = {"dtype": stored.get("dtype", store.meta("dtype", "float32"))}
-    if store.meta("model") != "reference":
-        settings.update({k: stored[k] for k in ("attn", "threads", "device") if k in stored})
-    return settings
 
 
 def open_runtime(store, **kw) -> ReferenceRuntime:
