@@ -4,6 +4,7 @@
                  settings, and `KVRuntime` (the reference scaffold over a real model);
 - `store/`       persistence: the SQLite session store, episode files, and the store's
                  operations (open, forget, check) with `Agent`, the API for agents that stay up;
+- `organism/`    the model organisms (recall-tiny, -2, -3): data, training, evaluation, weights;
 - `experiments/` the paper's evaluation: baselines, cases, AgentDojo, audits, benches, demo;
 - `cli.py`       the `unsee` command: parse, call, render.
 """
