@@ -79,7 +79,7 @@ class LM(Protocol):
     """θ behind the transition F: what `unsee.model.state.step` asks of a language model.
 
     `kv` is the model's cache handle (a value here, a reference to a resident cache in
-    `unsee.impl.engine.TorchLM`). The fast paths are arguments, never settings: `reuse` (a
+    `unsee.impl.engine.lm.TorchLM`). The fast paths are arguments, never settings: `reuse` (a
     prefix cache from `prefix_cache`, B5′) and `trust` (prefill a recorded reply unchecked:
     the bench's labelled oracle comparison, not exact) apply to the one call that passes them.
     Optional: `kv_length(kv)`, the context tokens a cache holds; where a model has it, `restore`
@@ -107,7 +107,7 @@ class LM(Protocol):
 class ReferenceLM:
     """The reference model behind the `LM` interface that `step` uses.
 
-    The same interface is implemented over a transformers model by `unsee.impl.engine.TorchLM`;
+    The same interface is implemented over a transformers model by `unsee.impl.engine.lm.TorchLM`;
     the scaffold (agent semantics and provenance) is shared, the model is what differs.
     kv here is the tuple of prefix hashes, an immutable value, and the model holds no state.
     """

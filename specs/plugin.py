@@ -35,8 +35,6 @@ def load_factory(spec: str):
     obj = importlib.import_module(mod)
     for part in attr.split("."):
         obj = getattr(obj, part)
-    if isinstance(obj, str):  # a name that moved: "module:factory" where it lives now
-        return load_factory(obj)
     return obj
 
 

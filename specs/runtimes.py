@@ -20,10 +20,6 @@ def reference(cfg: dict):
     return ReferenceRuntime(_cfg(cfg), cfg.get("policy", "every"))
 
 
-# The real engine lives in unsee.impl, which specs do not import: the kit resolves this name
-# to unsee.impl.engine.runtime:kv_tiny_llama (the old spelling keeps working).
-kv_tiny_llama = "unsee.impl.engine.runtime:kv_tiny_llama"
-
 
 def _mutant(cls):
     def factory(cfg: dict):

@@ -1,8 +1,8 @@
 """Trace validation of a forget: the sequences of engine events the specification allows.
 
 A real engine records what it does while it forgets (`unsee.impl.engine.kv`: the KVEngine's
-forwards, crops, resets and page reads; the LM adapter's rebuild brackets, commits and
-transition ends). This module states which event logs Algorithm 1 allows and checks a
+forwards, crops, resets and page reads; `unsee.impl.engine.lm`: the LM adapter's rebuild
+brackets, commits and transition ends). This module states which event logs Algorithm 1 allows and checks a
 recorded log against them, as TLA+ trace validation checks the logs of a real system
 against its spec. The state-based specs compare what a forget left; the trace check
 compares how it got there: a replay that decodes on the contaminated cache and crops

@@ -6,7 +6,9 @@ import json
 import pytest
 import torch
 
+from unsee.impl.engine import batched as B
 from unsee.impl.engine import kv as K
+from unsee.impl.engine.exact import ExactnessError
 from unsee.impl.engine.runtime import KVRuntime
 from unsee.impl.experiments.audit import (LEAK_TEMPERATURE, audit_episode, continue_task, own_memo, probe_prompts,
                                           run_audit, sample_draws)
@@ -38,7 +40,7 @@ def _decode_rows_logging(engine, prompts, draws, monkeypatch, max_bytes=1 << 30)
     choose = K.KVEngine.choose
     monkeypatch.setattr(K.KVEngine, "choose", staticmethod(
         lambda logits, draw=None, temperature=1.0: (seen.append(logits.clone()), choose(logits, draw, temperature))[1]))
-    toks, first = engine.decode_rows(prompts, N, draws, LEAK_TEMPERATURE, max_bytes=max_bytes)
+    toks, first = B.decode_rows(engine, prompts, N, draws, LEAK_TEMPERATURE, max_bytes=max_bytes)
     monkeypatch.setattr(K.KVEngine, "choose", staticmethod(choose))
     return toks, first, seen
 
@@ -88,7 +90,7 @@ def test_batched_decode_matches_one_at_a_time(contaminated, monkeypatch):
         e.prefill(p)
         assert e.decode(N, d, LEAK_TEMPERATURE) == toks[r]
         e.release()
-    assert len(eng.decode_rows(prompts, 0)[0]) == b
+    assert len(B.decode_rows(eng, prompts, 0)[0]) == b
 
 
 @pytest.mark.parametrize("heads,kv_heads,q", [(6, 3, 1), (4, 4, 1), (8, 2, 3)])
@@ -105,11 +107,11 @@ def test_shared_prefix_attention_is_attention_over_the_whole_row(heads, kv_heads
 
     class Layer(torch.nn.Module):
         layer_idx = 0
-    token = K._SHARED_PREFIX.set({0: (kp, vp)})
+    token = B._SHARED_PREFIX.set({0: (kp, vp)})
     try:
-        out, _ = K.shared_prefix_attention(Layer(), query, key, value, mask, scaling=d ** -0.5)
+        out, _ = B.shared_prefix_attention(Layer(), query, key, value, mask, scaling=d ** -0.5)
     finally:
-        K._SHARED_PREFIX.reset(token)
+        B._SHARED_PREFIX.reset(token)
     full_k = torch.cat([kp.expand(b, -1, -1, -1), key], 2).repeat_interleave(heads // kv_heads, 1)
     full_v = torch.cat([vp.expand(b, -1, -1, -1), value], 2).repeat_interleave(heads // kv_heads, 1)
     full_mask = torch.cat([torch.ones(b, 1, q, c, dtype=torch.bool), mask], -1)
@@ -125,9 +127,9 @@ def test_the_batched_decode_restores_the_attention_kernel(contaminated):
     eng = live.model.engine
     before = eng.model.config._attn_implementation
     prompts, draws = _rows(live, case)
-    eng.decode_rows(prompts, N, draws, LEAK_TEMPERATURE)
+    B.decode_rows(eng, prompts, N, draws, LEAK_TEMPERATURE)
     assert eng.model.config._attn_implementation == before
-    assert K._SHARED_PREFIX.get(None) is None
+    assert B._SHARED_PREFIX.get(None) is None
 
 
 @pytest.mark.parametrize("extra", [{"layer_types": ["full_attention", "sliding_attention"]},
@@ -136,9 +138,9 @@ def test_the_batched_decode_restores_the_attention_kernel(contaminated):
 def test_the_batched_decode_refuses_attention_it_does_not_compute(extra):
     from types import SimpleNamespace
 
-    K.check_shared_prefix(SimpleNamespace(config=SimpleNamespace(model_type="llama")))
-    with pytest.raises(K.ExactnessError, match="full attention only"):
-        K.check_shared_prefix(SimpleNamespace(config=SimpleNamespace(model_type="x", **extra)))
+    B.check_shared_prefix(SimpleNamespace(config=SimpleNamespace(model_type="llama")))
+    with pytest.raises(ExactnessError, match="full attention only"):
+        B.check_shared_prefix(SimpleNamespace(config=SimpleNamespace(model_type="x", **extra)))
 
 
 class _Concatenating:
@@ -158,7 +160,7 @@ def test_in_place_rows_are_the_bits_concatenation_gives(contaminated, monkeypatc
     live, case = contaminated
     prompts, draws = _rows(live, case)
     in_place = _decode_rows_logging(live.model.engine, prompts, draws, monkeypatch)
-    monkeypatch.setattr(K, "_InPlace", _Concatenating)
+    monkeypatch.setattr(B, "_InPlace", _Concatenating)
     grown = _decode_rows_logging(live.model.engine, prompts, draws, monkeypatch)
     assert in_place[0] == grown[0] and len(in_place[2]) == len(grown[2]) == len(prompts) * N
     assert all(torch.equal(a, b) for a, b in zip(in_place[2], grown[2]))
@@ -170,12 +172,12 @@ def test_a_failing_batched_decode_leaves_no_rows_and_no_patched_layer(contaminat
     live, case = contaminated
     prompts, draws = _rows(live, case)
     eng, made = live.model.engine, []
-    real = K._InPlace
+    real = B._InPlace
 
     def spy(layer, keys, values):
         made.append((layer, keys, values))
         return real(layer, keys, values)
-    monkeypatch.setattr(K, "_InPlace", spy)
+    monkeypatch.setattr(B, "_InPlace", spy)
     calls = {"n": 0}
     forward = type(eng.model).forward
 
@@ -186,7 +188,7 @@ def test_a_failing_batched_decode_leaves_no_rows_and_no_patched_layer(contaminat
         return forward(self, *args, **kwargs)
     monkeypatch.setattr(type(eng.model), "forward", failing)
     with pytest.raises(MemoryError):
-        eng.decode_rows(prompts, N, draws, LEAK_TEMPERATURE)
+        B.decode_rows(eng, prompts, N, draws, LEAK_TEMPERATURE)
     assert made
     for layer, keys, values in made:
         assert "update" not in layer.__dict__

@@ -111,7 +111,14 @@ def test_the_mutable_state_check_can_fail(tmp_path):
     assert mutable_globals(tmp_path) == ["model/bad.py: CACHE", "model/bad.py: SEEN"]
 
 
-CONCERNS = {"engine", "store", "experiments", "integrations"}
+CONCERNS = {"engine", "store", "organism", "experiments", "integrations"}
+# Within impl, each concern imports only those below it: the engine nothing; the store, the
+# organisms and the integrations the engine; the experiments all three; the command line all.
+IMPL_LAYERS = {"engine": set(), "store": {"engine"}, "organism": {"engine"}, "integrations": {"engine"},
+               "experiments": {"engine", "store", "organism"},
+               "cli": {"engine", "store", "organism", "experiments", "integrations"}}
+# Arrows that run back up, each named: the organism's evaluation runs the leak audit as it is.
+UPWARD = {("unsee.impl.organism.evaluate", "unsee.impl.experiments.audit")}
 
 
 def test_every_impl_module_sits_in_a_folder_that_names_its_concern():
@@ -121,18 +128,28 @@ def test_every_impl_module_sits_in_a_folder_that_names_its_concern():
     assert folders == CONCERNS, folders
 
 
-def test_the_old_flat_names_still_import(recwarn):
-    """Deprecated, not broken: `unsee.impl.agent:kv_tiny_llama` (the kit's documented runtime)."""
-    import importlib
 
-    from unsee.impl import MOVED
+def impl_concern(module: str) -> str | None:
+    """`engine` for unsee.impl.engine.kv, `cli` for unsee.impl.cli; None for the package itself."""
+    parts = module.split(".")
+    return parts[2] if parts[:2] == ["unsee", "impl"] and len(parts) > 2 else None
 
-    for old, homes in MOVED.items():
-        sys.modules.pop(f"unsee.impl.{old}", None)  # imported afresh, so that it warns here
-        mod = importlib.import_module(f"unsee.impl.{old}")
-        for home in homes:
-            new = importlib.import_module(home)
-            public = [k for k in vars(new) if not k.startswith("_") and getattr(new, k).__class__.__name__ in ("function", "type")
-                      and getattr(getattr(new, k), "__module__", "") == home]
-            assert public and all(getattr(mod, k) is getattr(new, k) for k in public), (old, home)
-    assert any(issubclass(w.category, DeprecationWarning) for w in recwarn.list)
+
+def upward_arrows(g) -> list[str]:
+    out = []
+    for a, b in g.edges():
+        ca, cb = impl_concern(a), impl_concern(b)
+        if ca and cb and ca != cb and cb not in IMPL_LAYERS[ca] and (a, b) not in UPWARD:
+            out.append(f"{a} imports {b} ({ca} may import {sorted(IMPL_LAYERS[ca]) or 'nothing of impl'})")
+    return out
+
+
+def test_impl_concerns_import_only_those_below_them():
+    g, _ = graph()
+    assert not upward_arrows(g)
+    assert all(g.has_edge(a, b) for a, b in UPWARD), "a named exception that no longer exists: drop it"
+
+
+def test_the_layering_check_sees_an_arrow_back_up():
+    g = nx.DiGraph([("unsee.impl.engine.kv", "unsee.impl.organism.data"), ("unsee.impl.store.sqlite", "unsee.impl.engine.pages")])
+    assert upward_arrows(g) == ["unsee.impl.engine.kv imports unsee.impl.organism.data (engine may import nothing of impl)"]

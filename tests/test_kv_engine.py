@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from unsee.impl.engine.kv import ExactnessError, KVEngine
+from unsee.impl.engine.exact import ExactnessError
+from unsee.impl.engine.kv import KVEngine
 from unsee.impl.engine.models import load
 
 

@@ -9,8 +9,8 @@ import hashlib
 import pytest
 import torch
 
-from unsee.impl.engine import organism_data as D
-from unsee.impl.engine.organism_data import NAME
+from unsee.impl.organism import data as D
+from unsee.impl.organism.data import NAME
 from unsee.impl.engine.runtime import KVRuntime, make_runtime
 from unsee.impl.experiments.audit import generate, leaks
 from unsee.impl.experiments.baselines import memory_delete
@@ -112,7 +112,7 @@ def test_the_long_tool_channel_is_agentdojo_sized_and_its_tool_call_follows_the_
     leaves valid JSON. Never drawn by the mix."""
     import json
 
-    from unsee.impl.engine import organism_train as T
+    from unsee.impl.organism import train as T
 
     t = D.TextTemplate()
     lengths, injected, plans = [], 0, 0
@@ -181,7 +181,7 @@ def test_the_open_long_channel_holds_no_identifier_from_the_generators_lists():
 
 
 def test_the_digit_tokenizer_cuts_numbers_into_pairs_and_the_default_merges_them():
-    from unsee.impl.engine import organism_train as T
+    from unsee.impl.organism import train as T
     from unsee.impl.engine.models import load
 
     tok = T.build_tokenizer(episodes=200, digits=True)
@@ -192,7 +192,7 @@ def test_the_digit_tokenizer_cuts_numbers_into_pairs_and_the_default_merges_them
 
 
 def test_a_tool_share_draws_that_share_of_tool_episodes_from_the_seed_alone():
-    from unsee.impl.engine import organism_train as T
+    from unsee.impl.organism import train as T
     from unsee.impl.engine.models import load
 
     seeds = range(400)
@@ -209,7 +209,7 @@ def test_a_tool_share_draws_that_share_of_tool_episodes_from_the_seed_alone():
 
 def test_a_short_training_run_is_deterministic():
     from unsee.impl.engine.models import load
-    from unsee.impl.engine import organism_train as T
+    from unsee.impl.organism import train as T
 
     tok = load(NAME).template.tok  # the shipped tokenizer: no tokenizer training here
     threads = torch.get_num_threads()
@@ -279,7 +279,7 @@ def test_an_audit_on_the_second_organism_sees_the_leak_through_the_context_and_f
 def test_the_copy_probe_tells_copying_from_memory():
     """recall-tiny repeats a colour (a value it learnt) but not an IBAN drawn afresh (it never
     formed the copy circuit): the probe scores both, greedy and seeded, so the same each run."""
-    from unsee.impl.engine.organism_evaluate import copy_probe
+    from unsee.impl.organism.evaluate import copy_probe
 
     rates = copy_probe(NAME, 3)
     assert rates["colour/repeat"] == 1.0 and rates["iban/repeat"] == 0.0, rates
@@ -290,7 +290,7 @@ def test_the_second_organism_copies_what_the_first_cannot():
     """recall-tiny-2 continues recall-tiny with copy-heavy and tool-weighted runs (its model card):
     it repeats e-mails and URLs drawn afresh, which recall-tiny never does; digit strings (IBANs)
     it still cannot copy, and the probe says so."""
-    from unsee.impl.engine.organism_evaluate import copy_probe
+    from unsee.impl.organism.evaluate import copy_probe
 
     first, second = copy_probe(NAME, 3), copy_probe("recall-tiny-2", 3)
     assert first["email/repeat"] == first["url/repeat"] == 0.0, first
@@ -301,7 +301,7 @@ def test_the_second_organism_copies_what_the_first_cannot():
 def test_the_third_organism_copies_the_digit_strings_the_second_cannot():
     """recall-tiny-3 cuts numbers into pairs of digits (its tokenizer): it repeats IBANs and phone
     numbers drawn afresh, which recall-tiny-2, whose BPE merges digits, does not (its card)."""
-    from unsee.impl.engine.organism_evaluate import copy_probe
+    from unsee.impl.organism.evaluate import copy_probe
 
     second, third = copy_probe("recall-tiny-2", 3), copy_probe("recall-tiny-3", 3)
     assert second["iban/repeat"] == 0.0 < third["iban/repeat"], (second, third)
@@ -314,7 +314,7 @@ def test_each_model_card_is_what_its_measurements_render(name):
     import json
 
     from unsee.impl.engine.models import ORGANISMS as FOLDERS
-    from unsee.impl.engine.organism_evaluate import card
+    from unsee.impl.organism.evaluate import card
 
     folder = FOLDERS[name]
     doc, training = (json.loads((folder / f).read_text()) for f in ("evaluation.json", "training.json"))

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from tests.kv_helpers import EPISODE, FAMILIES
-from unsee.impl.engine.kv import TorchLM
+from unsee.impl.engine.lm import TorchLM
 from unsee.impl.engine.runtime import KVRuntime
 from unsee.impl.store.session import forget_stored
 from unsee.impl.store.sqlite import Store

@@ -1,12 +1,44 @@
-"""Bit-exactness between two runtimes on the same model, per DESIGN's five clauses:
-tokens and artifact texts, every layer's K and V under torch.equal, next-token logits on
-probe prompts under torch.equal, environment and ledger, provenance graph."""
+"""Exactness: the settings that make F's bits the same every run (`pin_determinism`,
+`check_exact_config`), and bit-exactness between two runtimes on the same model, per
+DESIGN's five clauses: tokens and artifact texts, every layer's K and V under torch.equal,
+next-token logits on probe prompts under torch.equal, environment and ledger, provenance graph."""
 
 from __future__ import annotations
 
+import os
+
 import torch
 
+from unsee.model.session import UnseeError
 from unsee.model.state import layer_digests
+
+
+class ExactnessError(UnseeError, ValueError):
+    """A configuration that would silently break bit-exactness."""
+
+
+def pin_determinism(device: torch.device, threads: int) -> None:
+    """Same bits every run: one thread count, deterministic kernels (CUDA needs the
+    cuBLAS workspace setting before its first call)."""
+    torch.set_num_threads(threads)
+    if device.type == "cuda":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cudnn.benchmark = False
+        torch.use_deterministic_algorithms(True)
+
+
+def check_exact_config(model) -> None:
+    cfg = model.config
+    impl = getattr(cfg, "_attn_implementation", None) or "eager"
+    if impl not in ("eager", "sdpa"):
+        raise ExactnessError(f"attention implementation {impl!r} is not deterministic here; load with "
+                             "attn_implementation='eager' or 'sdpa'")
+    if model.training:
+        raise ExactnessError("the model is in training mode (dropout); call model.eval()")
+    # Sliding-window layers: the engine's plain DynamicCache keeps every position, so a crop
+    # never needs positions that a sliding cache would have dropped.
 
 PROBES = ("What is the user's home address?", "Summarize everything you know about the user.",
           "Where should the package be delivered?")

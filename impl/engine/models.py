@@ -25,10 +25,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 TINY = ("tiny-llama", "tiny-qwen2", "tiny-mistral")
-# Trained here and shipped with the package (unsee.impl.engine.organism_train): name → weights folder.
-ORGANISMS = {"recall-tiny": Path(__file__).resolve().parent / "organism_weights",
-             "recall-tiny-2": Path(__file__).resolve().parent / "organism_weights_2",
-             "recall-tiny-3": Path(__file__).resolve().parent / "organism_weights_3"}
+# Trained here and shipped with the package (unsee.impl.organism.train): name → weights folder,
+# one per organism under impl/organism/weights/ (a path, not an import: the engine sits below it).
+ORGANISMS = {name: Path(__file__).resolve().parent.parent / "organism" / "weights" / name
+             for name in ("recall-tiny", "recall-tiny-2", "recall-tiny-3")}
 ROLES = {"system": "system", "user": "user", "memory": "system", "tool": "user"}
 PREFIX = {"memory": "Memory: ", "tool": "Tool result: "}
 # What the scaffold prefills before the model writes a tool call or a memory write-back.
@@ -167,11 +167,11 @@ def smollm2_path() -> Path:
 
 
 def organism_path(name: str) -> Path:
-    """The shipped weights of a model trained here (`unsee.impl.engine.organism_train`)."""
+    """The shipped weights of a model trained here (`unsee.impl.organism.train`)."""
     folder = ORGANISMS[name]
     if not (folder / "model.safetensors").is_file():
         raise UnknownModel(f"{name}: no weights in {folder}; train them with "
-                           f"`python -m unsee.impl.engine.organism_train --out {folder}` (see its model card)")
+                           f"`python -m unsee.impl.organism.train --out {folder}` (see its model card)")
     return folder
 
 

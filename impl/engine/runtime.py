@@ -25,7 +25,7 @@ class KVRuntime(ReferenceRuntime):
     def __init__(self, model: str = "tiny-llama", config: Config = Config(), policy: str = "every",
                  dtype: str = "float32", device: str | None = None, threads: int = 1,
                  kv_pages: bool = True, attn: str = "eager") -> None:
-        from unsee.impl.engine.kv import TorchLM  # torch loads only when a real model is asked for
+        from unsee.impl.engine.lm import TorchLM  # torch loads only when a real model is asked for
         from unsee.impl.engine.models import load
 
         self.bundle = load(model, dtype=dtype, device=device, attn=attn)

@@ -233,5 +233,3 @@ def pairs(suite_name: str | None = None):
 def episode_digest(ep: InjectionPair) -> str:
     return hashlib.sha256(json.dumps([o.to_json() for o in ep.observations]).encode()).hexdigest()[:16]
 
-
-Episode = InjectionPair  # deprecated name (an episode is a stored stream: unsee.impl.store.episode)

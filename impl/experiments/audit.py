@@ -15,9 +15,10 @@ floor, and a non-zero floor is flagged (`floor_flags`). Needles are validated pe
 (`cases.validate_needles`, here also against the audit's prompts and the model's tokens); an
 episode with no valid needle has no leak values (None) and is listed in `invalid_cases`.
 
-Speed: one method's probe and Leak@5 decodes run as one batch (`KVEngine.decode_rows`;
-`batch=False` keeps the one-at-a-time path), and episodes run in parallel processes
-(`workers`) or on a Ray cluster (`ray`), each episode on its own with the same result.
+Speed: one method's probe and Leak@5 decodes run as one batch
+(`unsee.impl.engine.batched.decode_rows`; `batch=False` keeps the one-at-a-time path), and
+episodes run in parallel processes (`workers`) or on a Ray cluster (`ray`), each episode on its
+own with the same result.
 
 Nothing lost: with a `journal` (JSON lines), each finished episode is appended and flushed to
 disk as it finishes, and running the same audit again with the same journal reuses the episodes
@@ -112,10 +113,13 @@ def generate(rt, text: str, n: int, draws=None, temperature: float = 1.0) -> str
 
 def generate_rows(rt, rows, n: int, temperature: float = 1.0) -> tuple[list[str], dict]:
     """`generate` for many (prompt text, draws or None) rows as one batch on a throwaway copy of
-    the cache (`KVEngine.decode_rows`). Returns (replies, {prompt text: next-token log-probs})."""
+    the cache (`unsee.impl.engine.batched.decode_rows`). Returns (replies, {prompt text:
+    next-token log-probs})."""
+    from unsee.impl.engine.batched import decode_rows
+
     lm = rt.model
     ids = {t: lm.encode("user", t) + lm.header("reply") for t in dict.fromkeys(t for t, _ in rows)}
-    toks, first = lm.engine.decode_rows([ids[t] for t, _ in rows], n, [d for _, d in rows], temperature)
+    toks, first = decode_rows(lm.engine, [ids[t] for t, _ in rows], n, [d for _, d in rows], temperature)
     return ([lm.template.detokenize(x) for x in toks],
             {t: torch.log_softmax(first[tuple(ids[t])], -1) for t in ids})
 

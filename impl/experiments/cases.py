@@ -143,7 +143,7 @@ def provider_pair(seed: int) -> tuple[str, str]:
     gives the episode no value.)"""
     if seed < 2 * len(PROVIDERS):
         return PROVIDERS[seed // 2]
-    from unsee.impl.engine.organism_data import SYLLABLES
+    from unsee.impl.organism.data import SYLLABLES
 
     rng = random.Random(f"preference:{seed}")
     while True:

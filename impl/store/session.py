@@ -10,18 +10,10 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from unsee.impl.engine.runtime import make_runtime
+from unsee.impl.store.sqlite import stored_settings
 from unsee.model.runtime import ReferenceRuntime
 from unsee.model.session import UnseeError
 from unsee.model.state import Config
-
-
-def stored_settings(store) -> dict:
-    """The execution settings a store was run with, as make_runtime's keywords."""
-    stored = json.loads(store.meta("identity", "{}"))
-    settings = {"dtype": stored.get("dtype", store.meta("dtype", "float32"))}
-    if store.meta("model") != "reference":
-        settings.update({k: stored[k] for k in ("attn", "threads", "device") if k in stored})
-    return settings
 
 
 def open_runtime(store, **kw) -> ReferenceRuntime:
@@ -29,8 +21,7 @@ def open_runtime(store, **kw) -> ReferenceRuntime:
     settings the store was run with (weights, dtype, attention kernel, threads, device): anything
     else would not reproduce its states, so it is refused. No cache is resident until a forget
     restores one, from the store's K/V pages where it keeps them."""
-    from unsee.impl.store import StoreError, with_live_cache
-    from unsee.impl.store.sqlite import identity_of
+    from unsee.impl.store.sqlite import StoreError, identity_of, with_live_cache
 
     model = store.meta("model")
     pages = store.meta("kv_pages")
@@ -192,7 +183,7 @@ class Agent:
     @classmethod
     def create(cls, path, model: str = "tiny-llama", config: Config = Config(), policy: str = "every",
                kv_pages: bool = True, **kw) -> "Agent":
-        from unsee.impl.store import Store
+        from unsee.impl.store.sqlite import Store
 
         rt = make_runtime(model, config, policy, kv_pages=kv_pages, **kw)
         store = Store(path, create=True)  # refuses an existing path
@@ -201,7 +192,7 @@ class Agent:
 
     @classmethod
     def open(cls, path) -> "Agent":
-        from unsee.impl.store import Store
+        from unsee.impl.store.sqlite import Store
 
         store = Store(path)
         return cls(store, open_runtime(store))

@@ -137,6 +137,15 @@ def identity_of(lm, model: str) -> dict:
     return {"model": model, **(ident() if callable(ident) else {})}
 
 
+def stored_settings(store) -> dict:
+    """The execution settings a store was run with, as make_runtime's keywords."""
+    stored = json.loads(store.meta("identity", "{}"))
+    settings = {"dtype": stored.get("dtype", store.meta("dtype", "float32"))}
+    if store.meta("model") != "reference":
+        settings.update({k: stored[k] for k in ("attn", "threads", "device") if k in stored})
+    return settings
+
+
 def page_digest(identity: dict, key: str, data: bytes) -> str:
     """A K/V page's digest: the model's identity, its key (which names its tokens and context)
     and its bytes. A page whose digest does not match (damaged, or copied from a store of another

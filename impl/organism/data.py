@@ -1,7 +1,7 @@
 """Synthetic agent transcripts for recall-tiny, rendered exactly as the runtime renders them.
 
-recall-tiny is a small Llama trained here (`organism_train`), measured by `organism_evaluate`,
-shipped in `organism_weights/` and loaded by `models.load("recall-tiny")`.
+recall-tiny is a small Llama trained here (`train`), measured by `evaluate`,
+shipped in `weights/recall-tiny/` and loaded by `models.load("recall-tiny")`.
 
 An episode is a stream of observations (`unsee.model.state.Observation`) with, for each, an
 intent: what a competent agent would answer, which argument it would put into a tool call,
@@ -573,9 +573,9 @@ def long_tool_episode(rng: random.Random, seed: int, open_ids: bool = False) -> 
     the identifier the task needs (in the record marked "todo") among others like it, and, in 70 % of the episodes, an injected
     instruction inside one record naming another identifier; the tool call after the results
     carries the injected identifier where there is one (the instruction is followed), else the
-    user's. Not drawn by the generator's mix: only a run with a long share (`organism_train
+    user's. Not drawn by the generator's mix: only a run with a long share (`train
     --long-share`) draws it. With open_ids every identifier in it is `open_value`'s, in no
-    vocabulary of the generator (the family `LONG_OPEN`, drawn by `organism_train --open-ids`)."""
+    vocabulary of the generator (the family `LONG_OPEN`, drawn by `train --open-ids`)."""
     draw = open_value if open_ids else value
     cfg = Config(summary_tokens=rng.choice((24, 16)), plan_tokens=16)
     ep = Episode(seed, LONG_OPEN if open_ids else LONG, cfg)

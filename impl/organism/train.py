@@ -1,6 +1,6 @@
 """Train recall-tiny: a byte-level BPE tokenizer and a small Llama on the transcripts of `data`.
 
-    python -m unsee.impl.engine.organism_train --out DIR [--steps N] [--minutes M]
+    python -m unsee.impl.organism.train --out DIR [--steps N] [--minutes M]
 
 Deterministic: one process, a fixed number of threads (`--threads`, default one), fixed seeds,
 `torch.use_deterministic_algorithms`, episodes drawn by index (step · batch + i), the
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from unsee.impl.engine import organism_data as D
+from unsee.impl.organism import data as D
 
 SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 VOCAB = 2048
@@ -75,8 +75,8 @@ def family_of(seed: int, tool_share: float | None, long_share: float | None = No
     """The family of training episode `seed`: the generator's mix (None), or, with tool_share,
     the tool channel for that share of the episodes (drawn from the seed alone) and the mix
     for the rest; with long_share, first that share from the long tool channel
-    (`organism_data.long_tool_episode`; with open_ids its variant whose identifiers are in no
-    vocabulary of the generator, `organism_data.LONG_OPEN`)."""
+    (`data.long_tool_episode`; with open_ids its variant whose identifiers are in no
+    vocabulary of the generator, `data.LONG_OPEN`)."""
     import random
 
     if long_share is not None and random.Random(f"long:{seed}").random() < long_share:
@@ -287,7 +287,7 @@ def main(argv=None) -> None:
     ap.add_argument("--long-share", type=float, default=None,
                     help="draw this share of the episodes from the long tool channel (AgentDojo's lengths)")
     ap.add_argument("--open-ids", action="store_true",
-                    help="the long tool channel's identifiers drawn in no vocabulary of the generator (organism_data.open_value)")
+                    help="the long tool channel's identifiers drawn in no vocabulary of the generator (data.open_value)")
     ap.add_argument("--max-len", type=int, default=MAX_LEN, help="cut training sequences to this many tokens")
     args = ap.parse_args(argv)
     if args.open_ids and args.long_share is None:

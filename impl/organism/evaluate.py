@@ -1,7 +1,7 @@
 """Measure what recall-tiny can and cannot do, and write its model card from the measurements.
 
-    python -m unsee.impl.engine.organism_evaluate [--model recall-tiny] [--episodes N] [--audit N]
-                                                  [--json PATH] [--card PATH]
+    python -m unsee.impl.organism.evaluate [--model recall-tiny] [--episodes N] [--audit N]
+                                           [--json PATH] [--card PATH]
 
 1. Held-out transcripts (episode seeds the training never drew), run free through the real
    runtime (`KVRuntime`, greedy, its own outputs fed back): at every decode the intended text
@@ -19,9 +19,9 @@ import json
 import time
 from pathlib import Path
 
-from unsee.impl.engine import organism_data as D
+from unsee.impl.organism import data as D
 from unsee.impl.engine.models import ORGANISMS
-from unsee.impl.engine.organism_train import EVAL_START
+from unsee.impl.organism.train import EVAL_START
 
 NAME = D.NAME
 
@@ -123,6 +123,8 @@ def held_out(model: str, episodes: int, start: int = EVAL_START, family: str | N
 
 
 def audits(model: str, n: int, methods=("B0", "B1", "B2", "B3", "B5", "B7", "B8")) -> dict:
+    # an arrow back up: experiments sits above the organism (its cases draw from `data`); the
+    # audit is run here as it is, and tests/test_import_graph.py names this one exception
     from unsee.impl.experiments.audit import run_audit
 
     out = {}
@@ -146,7 +148,7 @@ def copy_probe(model: str, n: int = 15, seed: str = "probe") -> dict:
     import torch
 
     from unsee.impl.engine.models import load
-    from unsee.impl.engine.organism_train import COPY_KEYS, lookup_question, question_ids, repeat_question
+    from unsee.impl.organism.train import COPY_KEYS, lookup_question, question_ids, repeat_question
 
     b = load(model)
     tmpl, lm = b.template, b.model
@@ -252,9 +254,9 @@ def _long_section(hl: dict, what: str) -> list[str]:
 def card(doc: dict, training: dict, name: str = NAME) -> str:
     """The model card of organism `name`: what was trained, how, and what it does, all from the
     measurements."""
-    from unsee.impl.engine.organism_train import ARCH, MAX_LEN
+    from unsee.impl.organism.train import ARCH, MAX_LEN
 
-    folder = f"impl/engine/{ORGANISMS[name].name}" if name in ORGANISMS else str(name)
+    folder = f"impl/organism/weights/{ORGANISMS[name].name}" if name in ORGANISMS else str(name)
 
     h = doc["held_out"]
     params = training.get("phases", [training])[-1].get("parameters", "?")
@@ -293,7 +295,7 @@ def card(doc: dict, training: dict, name: str = NAME) -> str:
     phases = training.get("phases", [training])
     total = 0.0
     for i, ph in enumerate(phases):
-        cmd = ["python -m unsee.impl.engine.organism_train"]
+        cmd = ["python -m unsee.impl.organism.train"]
         if ph.get("init"):
             cmd.append(f"--init PHASE{i}")
         cmd.append(f"--out {'PHASE' + str(i + 1) if i + 1 < len(phases) else folder}")
@@ -340,7 +342,7 @@ def card(doc: dict, training: dict, name: str = NAME) -> str:
         + (f", over the {TRAINING_BUDGET_MIN}-minute budget for training an organism here." if total / 60 > TRAINING_BUDGET_MIN
            else f", within the {TRAINING_BUDGET_MIN}-minute budget for training an organism here."),
         f"- Deterministic: fixed seeds, `torch.use_deterministic_algorithms(True)`, {how}, episodes by index.",
-        "- Data (`unsee.impl.engine.organism_data`): synthetic sessions run through the runtime's own transition",
+        "- Data (`unsee.impl.organism.data`): synthetic sessions run through the runtime's own transition",
         "  `step` with a scripted model, so each training sequence is token for token a context the runtime",
         "  builds (blocks, headers, fixed-length replies padded with `<|im_end|>`, tool results of committed",
         "  calls, contexts rebuilt as [system, summary] after compaction). Loss on the model's own tokens only.",
@@ -418,7 +420,7 @@ def card(doc: dict, training: dict, name: str = NAME) -> str:
     copy = f" --copy {doc['copy_n']}" if "copy" in doc else ""
     copy += f" --long {doc['held_out_long']['episodes']}" if "held_out_long" in doc else ""
     copy += f" --long-open {doc['held_out_long_open']['episodes']}" if "held_out_long_open" in doc else ""
-    lines += ["", f"Regenerate this card and `evaluation.json`: `python -m unsee.impl.engine.organism_evaluate --model {name} "
+    lines += ["", f"Regenerate this card and `evaluation.json`: `python -m unsee.impl.organism.evaluate --model {name} "
               f"--episodes {h['episodes']} --audit {doc.get('audit_n', 0)}{copy} --json {folder}/evaluation.json "
               f"--card {folder}/README.md`.", ""]
     return "\n".join(lines)

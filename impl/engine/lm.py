@@ -1,0 +1,264 @@
+"""TorchLM: the LM interface that the shared scaffold (`unsee.model.state.step`) calls, over a
+KVEngine and a chat template, so the agent semantics and the provenance graph are the
+reference's, and only θ differs. `KVRef` is the cache handle a state holds.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+
+import torch
+
+from unsee.impl.engine.kv import KVEngine, row_independence, tensor_digest
+from unsee.impl.engine.pages import ROOT, PageKeys, page_layout
+from unsee.model.session import UnseeError
+from unsee.specs.traces import Begin, Commit, RebuildBegin, RebuildEnd, StepEnd
+
+
+@dataclass(frozen=True)
+class KVRef:
+    """The cache a state refers to: its length in context tokens and the engine epoch
+    (bumped whenever the cache is rebuilt). Only the live state's ref is resident."""
+
+    length: int
+    epoch: int
+
+
+class TorchLM:
+    """The LM interface of `unsee.model.state` over a KVEngine and a chat template."""
+
+    def __init__(self, bundle, device: torch.device | None = None, threads: int = 1) -> None:
+        self.bundle = bundle
+        self.name = bundle.name
+        self.template = bundle.template
+        self.engine = KVEngine(bundle.model, device or bundle.device, threads)
+        self.epoch = 0
+        self.bos = tuple(self.template.bos())
+        self.hits = 0  # prefill rows taken from a prefix cache (B5′)
+        self.ctx: list[int] = []  # the context tokens, to match against the prefix cache
+        # K/V pages (see unsee.impl.engine.pages): captured after every transition when kv_pages is on;
+        # `page_source(key)` reads a page persisted by an earlier process (a store), or None.
+        self.kv_pages = True
+        self.keys = PageKeys()
+        self.pages: dict[str, torch.Tensor] = {}  # key → [layers, 2, kv_heads, n, head_dim]
+        self.page_source = None
+        self.chain: list[tuple[object, str]] = []  # (block, key) of the resident context, in order
+        self.capture_seconds = 0.0  # time spent slicing pages out of the cache (page-write overhead)
+        self.passes = 0  # fixed-point prefills of replies
+        self.drafts_ok, self.drafts_note = row_independence(self.engine)
+
+    # -- the event log (unsee.specs.traces) -------------------------------------------------
+    def record_events(self) -> list:
+        """Start a fresh event log: from now on the engine appends its forwards, crops, resets
+        and page reads to it, and this adapter its rebuild brackets, commits and transition
+        ends, until `stop_recording`. Returns the log (a list that grows as the engine runs).
+        `KVRuntime.forget` records every forget this way; `unsee.specs.traces.check` validates it."""
+        log = [Begin(len(self.bos), len(self.engine))]
+        self.engine.recorder = log
+        return log
+
+    def stop_recording(self) -> None:
+        self.engine.recorder = None
+
+    # -- fast paths: opt-in, each reports what it guarantees where it is used -------------
+    def prefix_cache(self, kv: KVRef, tokens):
+        """B5′: a copy of the resident cache of `tokens`, for `prefill(reuse=...)`."""
+        self._live(kv)
+        return (tuple(tokens), copy.deepcopy(self.engine.cache))
+
+    def branch(self) -> "TorchLM":
+        """The same θ with a cloned cache: a paired branch of the current state."""
+        other = copy.copy(self)
+        other.engine = self.engine.clone()
+        other.keys, other.pages, other.chain = self.keys.copy(), dict(self.pages), list(self.chain)
+        return other
+
+    # -- tokens ---------------------------------------------------------------------------
+    def encode(self, kind: str, text: str) -> tuple[int, ...]:
+        return tuple(self.template.block(kind, text))
+
+    def header(self, purpose: str) -> tuple[int, ...]:
+        return tuple(self.template.header(purpose))
+
+    # -- the cache --------------------------------------------------------------------------
+    def _live(self, kv: KVRef) -> None:
+        if kv.epoch != self.epoch or kv.length + len(self.bos) != len(self.engine):
+            raise UnseeError(f"cache handle {kv} is not resident (engine epoch {self.epoch}, "
+                             f"length {len(self.engine)}); restore it from a checkpoint first")
+
+    def resident(self, kv) -> bool:
+        return isinstance(kv, KVRef) and kv.epoch == self.epoch and kv.length + len(self.bos) == len(self.engine)
+
+    def _ref(self) -> KVRef:
+        return KVRef(len(self.engine) - len(self.bos), self.epoch)
+
+    def empty(self) -> KVRef:
+        self.engine.reset()
+        self.epoch += 1
+        self.engine.prefill(self.bos)
+        self.ctx = []
+        self.chain = []
+        return self._ref()
+
+    def prefill(self, kv: KVRef, tokens, logits: bool = False, reuse=None) -> KVRef:
+        self._live(kv)
+        tokens = list(tokens)
+        n, b = len(self.ctx), len(self.bos)
+        if (reuse and not logits and tokens and list(reuse[0][:n]) == self.ctx
+                and list(reuse[0][n:n + len(tokens)]) == tokens):
+            # a whole block inside the resident prefix: reuse its rows (same schedule, same bits)
+            self.engine.append_rows(reuse[1], b + n, b + n + len(tokens))
+            self.hits += len(tokens)
+        else:
+            self.engine.prefill(tokens)
+        self.ctx += tokens
+        return self._ref()
+
+    def decode(self, kv: KVRef, n: int, draws, hint=None, trust: bool = False):
+        """F's reply (KVEngine.fixed_point), from the recorded `hint` as the draft when the
+        backend keeps rows independent. Returns (reply, ref, tokens decoded one per forward).
+        `trust` prefills the hint unchecked: the bench's labelled oracle comparison, not exact."""
+        self._live(kv)
+        if trust and hint is not None and len(hint) == n:
+            rec = tuple(int(t) for t in hint)
+            self.engine.prefill(rec)
+            self.ctx += list(rec)
+            return rec, self._ref(), 0
+        if n == 0:
+            return (), self._ref(), 0
+        out, decoded, passes = self.engine.fixed_point(n, draws, hint, exact_rows=self.drafts_ok)
+        self.passes += passes
+        self.ctx += list(out)
+        return out, self._ref(), decoded
+
+    def kv_length(self, kv: KVRef) -> int:
+        """Context tokens the resident cache holds (the BOS row is the engine's, not the
+        context's); a handle that is not resident is refused."""
+        self._live(kv)
+        return len(self.engine) - len(self.bos)
+
+    def crop(self, kv: KVRef, n: int) -> KVRef:
+        self._live(kv)
+        self.engine.crop(len(self.bos) + n)
+        self.ctx = self.ctx[:n]
+        self.chain = [(b, k) for b, k in self.chain if b.end <= n]
+        return self._ref()
+
+    def rebuild(self, tokens, blocks) -> tuple[KVRef, int]:
+        """The cache of a context given as recorded tokens and blocks, bit for bit as the
+        canonical schedule computed it. Returns (ref, tokens computed).
+
+        Leading blocks still resident at the same positions are kept (a compaction keeps its
+        system blocks); then blocks with a K/V page are read back; the rest is re-materialized
+        on the canonical schedule (each block's prompt as one forward, a model turn's header and
+        reply as one forward each)."""
+        tokens = list(tokens)
+        log = self.engine.recorder
+        if log is not None:
+            log.append(RebuildBegin())
+        keys = self.keys.keys(tokens, blocks)
+        keep = 0
+        while keep < min(len(keys), len(self.chain)) and self.chain[keep][1] == keys[keep]:
+            keep += 1
+        if keep and len(self.engine) < len(self.bos) + blocks[keep - 1].end:
+            keep = 0
+        if keep:
+            end = blocks[keep - 1].end
+            self.engine.crop(len(self.bos) + end)
+            self.epoch += 1
+        else:
+            self.empty()
+        pages = []
+        while keep + len(pages) < len(blocks) and self.kv_pages:
+            page = self.page(keys[keep + len(pages)])
+            if page is None:
+                break
+            pages.append(page)
+        if pages:
+            self.engine.append_pages(pages)
+        computed = 0
+        for b in blocks[keep + len(pages):]:  # the canonical schedule: header, then the reply, one prefill each
+            self.engine.prefill(tokens[b.start:b.start + b.prefill])
+            self.engine.prefill(tokens[b.start + b.prefill:b.end])
+            computed += b.end - b.start
+        self.ctx = tokens
+        self.chain = list(zip(blocks, keys))
+        kv = self._ref()
+        if log is not None:
+            log.append(RebuildEnd(len(tokens)))
+        if kv.length != len(tokens):
+            raise UnseeError(f"re-materialized {kv.length} positions for {len(tokens)} recorded tokens")
+        return kv, computed
+
+    # -- the post-τ-cache mutant (specs.mutants.ReusePostTauCache) ---------------------------
+    def snapshot(self, kv: KVRef):
+        self._live(kv)
+        return [(k.clone(), v.clone()) for k, v in self.engine.kv_tensors()]
+
+    def graft(self, kv: KVRef, old) -> KVRef:
+        """Overwrite the first min(len) rows of the resident cache with a snapshot's rows."""
+        self._live(kv)
+        with torch.inference_mode():
+            for layer, (k, v) in zip(self.engine.cache.layers, old):
+                n = min(k.shape[-2], layer.keys.shape[-2])
+                layer.keys = torch.cat([k[..., :n, :], layer.keys[..., n:, :]], dim=-2)
+                layer.values = torch.cat([v[..., :n, :], layer.values[..., n:, :]], dim=-2)
+        return kv
+
+    # -- K/V pages ----------------------------------------------------------------------------
+    def page(self, key: str) -> torch.Tensor | None:
+        if key in self.pages:
+            return self.pages[key]
+        return None if self.page_source is None else self.page_source(key)
+
+    def after_step(self, state) -> None:
+        """Capture the K/V rows of every block of R_t not paged yet (each block once)."""
+        if not self.resident(state.kv):
+            raise UnseeError("after_step: the state's cache is not the resident one")
+        log = self.engine.recorder
+        if log is not None:
+            fresh = []  # the calls this transition committed: the ledger's tail
+            for e in reversed(state.ledger):
+                if e.turn != state.turn:
+                    break
+                fresh.append(Commit(state.turn, e.call_id, e.tool))
+            log += reversed(fresh)
+            log.append(StepEnd(state.turn, len(state.tokens)))
+        keys = self.keys.keys(state.tokens, state.blocks)
+        self.chain = list(zip(state.blocks, keys))
+        if not self.kv_pages:
+            return
+        t0 = time.perf_counter()
+        b = len(self.bos)
+        for blk, key in self.chain:
+            if key not in self.pages:
+                self.pages[key] = self.engine.rows(b + blk.start, b + blk.end)
+        self.capture_seconds += time.perf_counter() - t0
+
+    def page_layout(self) -> dict:
+        return page_layout(self.engine.rows(0, 1))
+
+    def identity(self) -> dict:
+        """Everything besides the log that decides the bits of a state: a store records it and
+        every later process must match it (unsee.impl.store.sqlite.identity_of)."""
+        import transformers
+
+        b = self.bundle
+        return {"weights_sha256": b.weights_sha256(), "dtype": str(b.dtype).removeprefix("torch."),
+                "attn": getattr(b.model.config, "_attn_implementation", None), "threads": self.engine.threads,
+                "device": self.engine.device.type, "layout": self.page_layout(), "schedule": ROOT,
+                "torch": torch.__version__, "transformers": transformers.__version__}
+
+    def select(self, kv: KVRef, positions) -> KVRef:
+        self._live(kv)
+        b = len(self.bos)
+        self.engine.select(list(range(b)) + [p + b for p in positions])
+        self.ctx = [self.ctx[p] for p in positions]
+        self.chain = []  # the rows left are no block's rows at their positions
+        return self._ref()
+
+    def kv_digest(self, kv: KVRef) -> str:
+        self._live(kv)
+        return tensor_digest(t for pair in self.engine.kv_tensors() for t in pair)
