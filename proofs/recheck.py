@@ -13,13 +13,14 @@ import json
 import sys
 import time
 from pathlib import Path
+from types import MappingProxyType
 
 CVC5_SECONDS = 20  # per query: a time limit for cvc5 (its answer is then unknown, a failure)
 # cvc5 strategies tried in turn until one answers sat or unsat (either answer is sound under any
 # of them). Satisfiable queries under quantifiers need model-based instantiation or finite model
 # finding to be answered at all, so a query expected sat tries those first.
-STRATEGIES = {"unsat": ((), (("mbqi", "true"),)),
-              "sat": ((("mbqi", "true"),), (("finite-model-find", "true"),), ())}
+STRATEGIES = MappingProxyType({"unsat": ((), (("mbqi", "true"),)),
+                               "sat": ((("mbqi", "true"),), (("finite-model-find", "true"),), ())})
 
 
 def cvc5_check(text: str, expected: str, seconds: int = CVC5_SECONDS) -> tuple[str, str]:

@@ -22,6 +22,7 @@ import itertools
 import time
 from dataclasses import dataclass, replace
 from typing import Callable
+from types import MappingProxyType
 
 EXHAUSTED, COUNTEREXAMPLE = "exhausted", "counterexample"
 Z, Y, A = "z", "y", "a"  # the target, a second target, a source never forgotten
@@ -402,7 +403,7 @@ TIES = (
         "every ledger of ≤ 2 calls against every list of ≤ 2 (ids c1, c2; tools send, post; two argument "
         "tuples)", check_replay_tools),
 )
-BY_NAME = {t.name: t for t in TIES}
+BY_NAME = MappingProxyType({t.name: t for t in TIES})
 
 
 def run_tie(tie: Tie) -> TieResult:
