@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
-from hypothesis import HealthCheck, Phase, event, given, settings
+from hypothesis import HealthCheck, Phase, event, given, reporting, settings
 from hypothesis import seed as hyp_seed
 
 from unsee.specs import oracle
@@ -267,7 +267,15 @@ def verify(factory_for: Callable[[dict], Callable], examples: int = 100, seed: i
                 on_example(tally)
 
     failures = []
-    with bounded_shrinking(shrink_seconds):
+    stopped: list[str] = []
+
+    def reporter(message) -> None:  # Hypothesis' own note on stopping is about its 300 s default
+        if str(message).startswith("WARNING: Hypothesis has spent more than"):
+            stopped.append(str(message))
+        else:
+            reporting.default(message)
+
+    with bounded_shrinking(shrink_seconds), reporting.with_reporter(reporter):
         try:
             run_one()
         except AssertionError as e:
@@ -286,6 +294,7 @@ def verify(factory_for: Callable[[dict], Callable], examples: int = 100, seed: i
         "optimal_invocations": tally.optimal_invocations,
         "failures": failures,
         "coverage": dict(sorted(tally.coverage.items())),
+        "shrinking_stopped_after_s": shrink_seconds if stopped else None,
         "targets": {k: {"forgets": tally.coverage.get(k, 0), "share": round(tally.coverage.get(k, 0) / forgets, 3)}
                     for k in TARGETS_COVERED},
         "seconds": round(time.perf_counter() - t0, 2),

@@ -38,6 +38,7 @@ from unsee.model.edits import finish, sanitize_without_replay, source_redaction,
 from unsee.model.runtime import ReferenceRuntime
 from unsee.model.session import (
     choose_checkpoint, counterfactual_stream, locate_target, provenance_graph, replay_suffix, restore, selective_replay,
+    suffix_closure,
 )
 from unsee.model.state import Meter
 
@@ -46,7 +47,10 @@ class _Mutant(ReferenceRuntime):
     operator = None  # (session, sources) -> (session, receipt)
 
     def forget(self, sources, method="B7", checkpoint=None):
+        arts, _ = locate_target(self.session, list(sources))
+        taint = tuple(sorted(suffix_closure(self.session.state.artifacts, arts)))
         self.session, receipt = type(self).operator(self.session, list(sources))
+        receipt = replace(receipt, method=method, taint=taint)  # each claims the method asked for, and I(z)
         self._meter.transitions += receipt.transitions
         self._last_checkpoint = receipt.checkpoint
         return receipt
@@ -153,7 +157,7 @@ KEPT_BOUNDARIES = 12
 
 
 def recent_checkpoints_only(s, sources, checkpoint=None):
-    _, tau = locate_target(s, sources)
+    arts, tau = locate_target(s, sources)
     kept = [c for c in s.checkpoints if c.boundary >= s.T - KEPT_BOUNDARIES]
     want = choose_checkpoint(s.checkpoints, tau) if checkpoint is None else \
         next(c for c in s.checkpoints if c.boundary == checkpoint)
@@ -162,7 +166,8 @@ def recent_checkpoints_only(s, sources, checkpoint=None):
     c = min(kept, key=lambda c: c.boundary)  # the payload it wanted is gone: the oldest it has
     meter = Meter()
     new, _, _, replayed = replay_suffix(s, restore(s, c, meter), c.boundary, sources, meter)
-    return finish(s, new, sources, tau, c.boundary, meter, replayed=replayed)
+    return finish(s, new, sources, tau, c.boundary, meter, taint=suffix_closure(s.state.artifacts, arts),
+                  replayed=replayed, method="B7")
 
 
 class RecentCheckpointsOnly(ReferenceRuntime):

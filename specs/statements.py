@@ -57,6 +57,7 @@ class Observed:
     invocations_delta: int = 0
     checkpoints: tuple[int, ...] = ()
     forced: int | None = None  # a splice point the caller imposed (B5 is forced to 0)
+    method: str = "B7"  # the method the forget was asked for
     graph_after: Any = None  # G after the forget, as the runtime reports it
     twin_graph: Any = None  # G^{-z}_T
     graph_before: Any = None  # G_T, as the runtime reported it just before the forget
@@ -128,6 +129,7 @@ def layers_of(rt) -> dict | None:
 
 def record_forget(rt, ob: Observed, method: str = "B7", checkpoint: int | None = None) -> None:
     """Forget `ob.sources` on `rt` and record into `ob` what the protocol exposes before and after."""
+    ob.method = method
     ob.checkpoints = tuple(rt.checkpoints)
     ob.world_before = tuple(rt.world)
     ob.graph_before = rt.graph().copy()
@@ -291,12 +293,15 @@ def assumption_a3_side_effects(ob: Observed) -> None:
 def protocol_reports_the_twin(ob: Observed) -> None:
     """Theorem 1 through everything the protocol exposes, not only `digest()`: after the forget
     `graph()` is G^{-z}_T (nodes, their type, turn and source ids, and edges) and the log is
-    o^{-z}; the receipt states τ, T (the length before the forget), the sources it forgot,
+    o^{-z}; the receipt states τ, T (the length before the forget), the method asked for
+    (its `method`, when it has one), the sources it forgot,
     I(z) (its `taint`, when it has one) on G_T and the digests of R^{-z}_T (its `digests`, when
     it has them), each as the oracle computes it."""
     r = ob.receipt
     require(r.tau == ob.tau, f"receipt: tau={r.tau}, but {list(ob.sources)} first enter at τ={ob.tau}")
     require(r.T == ob.T, f"receipt: T={r.T}, but the session had T={ob.T} observations before the forget")
+    if isinstance(getattr(r, "method", None), str) and ob.method in ("B7", "B5"):
+        require(r.method == ob.method, f"receipt: method {r.method!r}, but {ob.method!r} was asked for")
     if getattr(r, "sources", None) is not None:
         require(sorted(r.sources) == sorted(ob.sources), f"receipt: sources {list(r.sources)}, requested {list(ob.sources)}")
     if getattr(r, "taint", None) is not None and ob.graph_before is not None:
