@@ -69,6 +69,12 @@ LAYERS: list[Layer] = [
     Layer("prove", (PY, "-c", "from unsee.impl.cli import app; app()", "prove")),
 ]
 
+# Layers run only when named (`--layer traces`): the KV engine's trace validation on the tiny
+# models needs torch and about a minute a bug.
+EXTRA_LAYERS: list[Layer] = [
+    Layer("traces", (PY, "-m", "pytest", "tests/test_traces.py", "-p", "no:cacheprovider", "-q", "-x")),
+]
+
 S, ST = "model/session.py", "model/state.py"
 
 BUGS: tuple[Bug, ...] = (
@@ -218,11 +224,11 @@ def main(argv=None) -> int:
     if a.list:
         for b in BUGS:
             print(f"{b.name}: {b.what} ({b.file}{'' if b.changes_forget else '; no forget changes'})")
-        print("layers:", ", ".join(x.name for x in LAYERS))
+        print("layers:", ", ".join(x.name for x in LAYERS), "; when named:", ", ".join(x.name for x in EXTRA_LAYERS))
         return 0
     bugs = [b for b in BUGS if not a.bug or b.name in a.bug]
-    layers = [x for x in LAYERS if not a.layer or x.name in a.layer]
-    unknown = set(a.bug or ()) - {b.name for b in BUGS} | set(a.layer or ()) - {x.name for x in LAYERS}
+    layers = [x for x in LAYERS + EXTRA_LAYERS if (x.name in a.layer if a.layer else x in LAYERS)]
+    unknown = set(a.bug or ()) - {b.name for b in BUGS} | set(a.layer or ()) - {x.name for x in LAYERS + EXTRA_LAYERS}
     if unknown:
         ap.error(f"unknown bug or layer: {sorted(unknown)} (see --list)")
     doc = run_matrix(bugs, layers, on_row=lambda r: print(f"{r['bug']}: caught by {r['caught_by']}", flush=True))
