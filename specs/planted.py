@@ -113,8 +113,9 @@ BUGS: tuple[Bug, ...] = (
     Bug("compensation_args_are_committed", S, '"args": list(e.args),\n',
         '"args": list(e.args) if old is None else list(old.args),\n',
         "a compensation entry gives the committed arguments as the counterfactual ones"),
-    Bug("replay_fires_side_effects", S, "t, effects = append(t, o, meter, fire=False,",
-        "t, effects = append(t, o, meter, fire=True,", "the replay fires its consequential calls"),
+    Bug("forget_fires_changed_calls", S, "t = replace(t, world=s.world, forgotten=",
+        "t = replace(t, world=s.world + tuple(e for e in t.state.ledger if e.turn > boundary and e not in s.world), "
+        "forgotten=", "the forget fires the counterfactual's calls whose arguments changed"),
     Bug("drafts_trusted_unchecked", S, 'trust = mode == "oracle" and i in independent',
         'trust = drafts or (mode == "oracle" and i in independent)',
         "the replay takes every recorded reply unchecked"),
