@@ -287,8 +287,10 @@ def replay_suffix(s: Session, start: State, boundary: int, sources, meter: Meter
     replies unchecked: a labelled comparison for the bench, not exact. `reuse`: B5′'s prefix
     cache (`LM.prefix_cache`)."""
     kept = tuple(c for c in s.checkpoints if c.boundary <= boundary)
-    t = replace(s, observations=s.observations[:boundary], states=s.states[:boundary] + (start,),
-                checkpoints=kept)
+    # the prefix's log loses z's parts too: a part of z that F never read before τ (one standing
+    # instead of another source) is still z's text, and the twin's log never held it
+    t = replace(s, observations=counterfactual_stream(s.observations[:boundary], sources),
+                states=s.states[:boundary] + (start,), checkpoints=kept)
     dedup: list[str] = []
     comp: list[dict] = []
     replayed = []

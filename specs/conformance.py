@@ -26,12 +26,16 @@ def test_every_statement_holds_on_random_sessions(request, runtime_spec):
                  max_steps=opt("--unsee-max-steps"))
     setattr(request.config, COVERAGE_KEY, doc)
     if doc["failures"]:
-        f = doc["failures"][0]
-        trace = "\n    ".join(f["trace"])
-        pytest.fail(f"{f['message']}\nshrunk trace ({f['length']} steps), runnable with `factory` your runtime's "
-                    f"factory:\n    {trace}", pytrace=False)
+        reports = []
+        for k, f in enumerate(doc["failures"], 1):
+            trace = "\n    ".join(f["trace"])
+            reports.append(f"failure {k} of {len(doc['failures'])}: {f['message']}\nshrunk trace ({f['length']} steps), "
+                           f"runnable with `factory` your runtime's factory:\n    {trace}")
+        pytest.fail("\n\n".join(reports), pytrace=False)
     assert doc["forgets"] > 0, "no forget was exercised"
     assert doc["exact"] == doc["optimal_invocations"] == doc["forgets"]
+    missed = [k for k, v in doc["targets"].items() if v["forgets"] == 0]
+    assert not missed, f"the run never reached {missed}: it cannot vouch for them (raise --unsee-max-examples)"
 
 
 def test_shipped_vectors(runtime_spec):

@@ -7,14 +7,15 @@ Used by `unsee verify` and by the test suite. A runtime is built per example by 
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
-from hypothesis import HealthCheck, Phase, event, given, settings
+from hypothesis import HealthCheck, Phase, event, given, reporting, settings
 from hypothesis import seed as hyp_seed
 
-from unsee.model.session import counterfactual_stream
+from unsee.specs import oracle
 from unsee.specs import statements as S
 from unsee.specs.strategies import TARGETS, configs, observation_code, programs
 
@@ -33,7 +34,7 @@ class Tally:
 
 
 def present_targets(observations) -> list[str]:
-    return [z for z in TARGETS if any(z in o.sources for o in observations)]
+    return [z for z in TARGETS if any(oracle.carries(o, [z]) for o in observations)]
 
 
 def coverage_of(ob: S.Observed, tally: Tally, method: str = "B7") -> None:
@@ -54,7 +55,7 @@ def coverage_of(ob: S.Observed, tally: Tally, method: str = "B7") -> None:
         tally.note("instead_of parts")
     if len(ob.sources) > 1:
         tally.note("several targets in one forget")
-        if len({S.first_entry_of(ob.stream, [z]) for z in ob.sources}) > 1:
+        if len({oracle.first_entry(ob.stream, [z]) for z in ob.sources}) > 1:
             tally.note("several targets with different tau")
     if method == "B5":
         tally.note("method B5")
@@ -97,9 +98,9 @@ def call(fn, what: str, where: str):
 
 
 def check_forget(factory, observations, sources, tally: Tally, method: str = "B7",
-                 checkpoint: int | None = None) -> S.Observed:
+                 checkpoint: int | None = None, policy: str | None = None) -> S.Observed:
     """Observe one forget on a fresh runtime and check every statement; count exact and optimal ones."""
-    ob = call(lambda: S.observe(factory, observations, sources, method=method, checkpoint=checkpoint),
+    ob = call(lambda: S.observe(factory, observations, sources, method=method, checkpoint=checkpoint, policy=policy),
               f"forget({list(sources)!r}, method={method!r}, checkpoint={checkpoint!r})",
               "a fresh runtime driven over the same log")
     tally.forgets += 1
@@ -123,7 +124,8 @@ def check_forget(factory, observations, sources, tally: Tally, method: str = "B7
 # What a live runtime's forget is checked against (its history before the forget is not
 # observed step by step, so Lemmas 1 and 2 are checked on the fresh observation only)
 LIVE_STATEMENTS = (S.theorem1_splicing_equivalence, S.protocol_reports_the_twin, S.corollary1_optimal_invocations,
-                   S.assumption_a2_sanitized_stream, S.assumption_a3_side_effects)
+                   S.assumption_a2_sanitized_stream, S.assumption_a3_side_effects,
+                   S.privacy_nothing_forgotten_remains)
 
 
 def check_log(rt, log, where: str) -> None:
@@ -135,16 +137,19 @@ def check_log(rt, log, where: str) -> None:
                               "(the log must be o, sanitized of every forgotten source)")
 
 
-def execute(program, factory: Callable, tally: Tally, trace: Trace | None = None) -> None:
+def execute(program, factory: Callable, tally: Tally, trace: Trace | None = None, policy: str | None = None) -> None:
     """Run one program on a live runtime. The kit keeps its own copy of the stream and derives
-    o^{-z} itself. At each forget it checks every statement on a fresh observation of that
-    log, then checks the live runtime's forget (after any earlier ones) against the same twin,
-    through everything the protocol exposes, and checks the runtime's log against its own."""
+    o^{-z} with the oracle. At each forget it checks every statement on a fresh observation of
+    that log, then checks the live runtime's forget (after any earlier ones) against the same
+    twin, through everything the protocol exposes, and checks the runtime's log against its
+    own. `policy`: the checkpoint policy the runtime was built with, whose promised
+    checkpoints are then checked (None: only the runtime's own list is known)."""
     trace = trace if trace is not None else Trace()
     rt = call(factory, "factory()", "construction")
     call(rt.reset, "rt.reset()", "the start")
     log: list = []
-    done = 0  # forgets the live runtime has run
+    forgotten: tuple = ()  # (source, text) of every part forgotten so far
+    history: list[tuple[str, ...]] = []  # the sources of each forget so far
     for k, (op, arg) in enumerate(program, 1):
         if op == "obs":
             trace.add(f"rt.step({observation_code(arg)})")
@@ -155,7 +160,7 @@ def execute(program, factory: Callable, tally: Tally, trace: Trace | None = None
         if not present:
             continue
         chosen = tuple(sorted({present[i % len(present)] for i in arg.picks}))
-        tau = S.first_entry_of(log, chosen)
+        tau = oracle.first_entry(log, chosen)
         checkpoint = None
         if arg.method == "B7" and arg.coarser is not None:
             before = sorted(b for b in call(lambda: tuple(rt.checkpoints), "rt.checkpoints", f"step {k}") if b < tau)
@@ -163,31 +168,84 @@ def execute(program, factory: Callable, tally: Tally, trace: Trace | None = None
         args = f"{list(chosen)!r}" + (f", method={arg.method!r}" if arg.method != "B7" else "") + \
             (f", checkpoint={checkpoint}" if checkpoint is not None else "")
         trace.add(f"receipt = rt.forget({args})")
-        check_log(rt, log, f"before the forget at step {k}")
-        ob = check_forget(factory, tuple(log), chosen, tally, arg.method, checkpoint)
-        live = S.Observed(tuple(log), chosen, tau, twin=ob.twin, twin_invocations=ob.twin_invocations,
-                          twin_world=ob.twin_world, twin_graph=ob.twin_graph,
-                          forced=0 if arg.method == "B5" else checkpoint)
-        call(lambda: S.record_forget(rt, live, arg.method, checkpoint), f"rt.forget({args})", f"step {k}")
-        for spec in LIVE_STATEMENTS:
-            try:
-                spec(live)
-            except S.SpecViolation as e:
-                raise type(e)(f"{e} [the live runtime, forget at step {k}]") from None
-        log = list(counterfactual_stream(log, chosen))
-        check_log(rt, log, f"after the forget at step {k}")
-        if done:
-            tally.note("forget after an earlier forget (live runtime)")
-        done += 1
+        log, forgotten = forget_live(rt, factory, log, chosen, tally, arg.method, checkpoint, policy,
+                                     forgotten, history, f"step {k}")
+        history.append(chosen)
     S.assumption_a1_deterministic_decoding(factory, tuple(log))
+
+
+def forget_live(rt, factory, log, chosen, tally: Tally, method: str = "B7", checkpoint: int | None = None,
+                policy: str | None = None, forgotten: tuple = (), history=(), where: str = "") -> tuple[list, tuple]:
+    """Forget `chosen` on the live runtime `rt`, whose log the kit holds as `log`: check every
+    statement on a fresh runtime over that log, then the live forget (after any earlier ones,
+    whose forgotten parts are `forgotten` and sources `history`) against the same twin through
+    everything the protocol exposes. Returns the new log (the oracle's o^{-z}) and forgotten parts."""
+    args = f"rt.forget({list(chosen)!r}, method={method!r}, checkpoint={checkpoint!r})"
+    check_log(rt, log, f"before the forget at {where}")
+    note_placement(log, chosen, list(history), policy, tally)
+    ob = check_forget(factory, tuple(log), chosen, tally, method, checkpoint, policy)
+    forgotten = tuple(dict.fromkeys(tuple(forgotten) + S.forgotten_parts(log, chosen)))
+    live = S.Observed(tuple(log), tuple(chosen), ob.tau, twin=ob.twin, twin_invocations=ob.twin_invocations,
+                      twin_world=ob.twin_world, twin_graph=ob.twin_graph, twin_log=ob.twin_log,
+                      twin_layers=ob.twin_layers, forgotten=forgotten, policy=policy,
+                      forced=0 if method == "B5" else checkpoint)
+    call(lambda: S.record_forget(rt, live, method, checkpoint), args, where)
+    for spec in LIVE_STATEMENTS:
+        try:
+            spec(live)
+        except S.SpecViolation as e:
+            raise type(e)(f"{e} [the live runtime, forget at {where}]") from None
+    log = list(oracle.counterfactual(log, chosen))
+    check_log(rt, log, f"after the forget at {where}")
+    return log, forgotten
+
+
+# Placements a run must reach to vouch for a runtime: the kit's coverage line gives the share
+# of forgets that hit each, and the default run fails if one is never reached.
+TARGETS_COVERED = (
+    "compaction right before tau",
+    "policy has no checkpoint at tau-1",
+    "forget after an earlier forget",
+    "target inside an instead_of part",
+    "target in several parts of one observation",
+    "forgotten text also under another source",
+    "target re-entering after its forget",
+    "z1, then z2, then z1 again",
+    "several targets with different tau",
+)
+
+
+def note_placement(log, chosen, history, policy, tally: Tally) -> None:
+    """Count the placements of this forget that the coverage targets name (before it runs)."""
+    tau = oracle.first_entry(log, chosen)
+    z = set(chosen)
+    if tau >= 2 and log[tau - 2].compact:
+        tally.note("compaction right before tau")
+    if policy is not None and tau - 1 not in oracle.promised_checkpoints(policy, log):
+        tally.note("policy has no checkpoint at tau-1")
+    if history:
+        tally.note("forget after an earlier forget")
+    if any(p.source in z and p.instead_of for o in log for p in o.parts):
+        tally.note("target inside an instead_of part")
+    if any(sum(p.source in z for p in o.parts) > 1 for o in log):
+        tally.note("target in several parts of one observation")
+    texts = {p.text for o in log for p in o.parts if p.source in z and p.text}
+    if any(p.text in texts for o in log for p in o.parts if p.source not in z):
+        tally.note("forgotten text also under another source")
+    if any(z & set(h) for h in history):
+        tally.note("target re-entering after its forget")
+    if any(z & set(h) and any(set(g) - set(h) for g in history[i + 1:]) for i, h in enumerate(history)):
+        tally.note("z1, then z2, then z1 again")
 
 
 def verify(factory_for: Callable[[dict], Callable], examples: int = 100, seed: int = 0,
            max_ops: int = 10, on_example: Callable[[Tally], None] | None = None,
-           engine: str = "reference", max_steps: int = 40) -> dict:
-    """Run `examples` random programs; returns the `unsee verify` JSON document."""
+           engine: str = "reference", max_steps: int = 40, shrink_seconds: float = 20.0) -> dict:
+    """Run `examples` random programs; returns the `unsee verify` JSON document.
+
+    Every distinct failure Hypothesis reports comes back with its own runnable trace; shrinking
+    stops after `shrink_seconds` (the trace is then shorter than drawn, if not minimal)."""
     tally = Tally()
-    last: dict = {}
     t0 = time.perf_counter()
 
     @hyp_seed(seed)
@@ -199,20 +257,35 @@ def verify(factory_for: Callable[[dict], Callable], examples: int = 100, seed: i
         tally.examples += 1
         trace = Trace(cfg)
         try:
-            execute(program, factory_for(cfg), tally, trace)
+            execute(program, factory_for(cfg), tally, trace, policy=cfg.get("policy"))
         except AssertionError as e:
-            last.update(statement=type(e).__name__, message=str(e), config=cfg,
-                        trace=trace.code(), length=len(trace.lines) - 2)
+            e.unsee_failure = dict(statement=type(e).__name__, message=str(e), config=cfg,
+                                   trace=trace.code(), length=len(trace.lines) - 2)
             raise
         finally:
             if on_example is not None:
                 on_example(tally)
 
     failures = []
-    try:
-        run_one()
-    except AssertionError:
-        failures.append(dict(last))
+    stopped: list[str] = []
+
+    def reporter(message) -> None:  # Hypothesis' own note on stopping is about its 300 s default
+        if str(message).startswith("WARNING: Hypothesis has spent more than"):
+            stopped.append(str(message))
+        else:
+            reporting.default(message)
+
+    with bounded_shrinking(shrink_seconds), reporting.with_reporter(reporter):
+        try:
+            run_one()
+        except AssertionError as e:
+            failures.append(e.unsee_failure)
+        except BaseExceptionGroup as group:  # several distinct failures: each with its own trace
+            found, rest = group.split(lambda x: hasattr(x, "unsee_failure"))
+            if rest is not None:
+                raise rest
+            failures += [x.unsee_failure for x in leaves(found)]
+    forgets = max(tally.forgets, 1)
     return {
         "engine": engine,
         "examples": tally.examples,
@@ -221,5 +294,26 @@ def verify(factory_for: Callable[[dict], Callable], examples: int = 100, seed: i
         "optimal_invocations": tally.optimal_invocations,
         "failures": failures,
         "coverage": dict(sorted(tally.coverage.items())),
+        "shrinking_stopped_after_s": shrink_seconds if stopped else None,
+        "targets": {k: {"forgets": tally.coverage.get(k, 0), "share": round(tally.coverage.get(k, 0) / forgets, 3)}
+                    for k in TARGETS_COVERED},
         "seconds": round(time.perf_counter() - t0, 2),
     }
+
+
+def leaves(group: BaseExceptionGroup) -> list[BaseException]:
+    return [y for x in group.exceptions for y in (leaves(x) if isinstance(x, BaseExceptionGroup) else [x])]
+
+
+@contextmanager
+def bounded_shrinking(seconds: float):
+    """Hypothesis shrinks for up to 300 s by default; a long session's failure needs far less
+    to become readable. Its engine reads this bound when shrinking starts."""
+    from hypothesis.internal.conjecture import engine
+
+    old = engine.MAX_SHRINKING_SECONDS
+    engine.MAX_SHRINKING_SECONDS = seconds
+    try:
+        yield
+    finally:
+        engine.MAX_SHRINKING_SECONDS = old

@@ -92,4 +92,12 @@ MANIFEST = (
         "tests": ["tests/test_traces.py::test_each_rule_rejects_the_log_that_breaks_it",
                   "tests/test_statements.py::test_changed_side_effect_is_listed_for_compensation"],
     },
+    {
+        "statement": "Definition 1: the target is no longer accessible (no layer holds a forgotten part or its text)",
+        "spec": "privacy_nothing_forgotten_remains",
+        "proofs": [],
+        "code": [],
+        "tests": ["tests/test_oracle.py::test_privacy_statement_catches_a_log_that_keeps_a_hidden_part",
+                  "tests/test_oracle.py::test_privacy_allows_text_the_twin_holds_under_another_source"],
+    },
 )

@@ -17,6 +17,17 @@ And mistakes in what a runtime exposes, each one an engineer made (the kit must 
                           back to the oldest one it kept (which is past τ) when the right one is gone;
 - `WrongLogAfterForgets`  its state is right, but the log it reports is sanitized of the latest
                           forget's sources only, so after two forgets it shows an earlier target again.
+
+And mistakes in what a forget reports, or keeps, that leave its state right (the kit checks
+each against the oracle, never against the runtime's report):
+
+- `ReceiptTaintOneHop`    the receipt's I(z) is z's fields and their direct children only;
+- `CompensationArgsSwapped` compensation entries name the right calls, but give the committed
+                          arguments as the counterfactual ones;
+- `CompactionsUncheckpointed` under the "events" policy, no checkpoint before a compaction
+                          (the policy promises one), so a forget splices earlier than it may;
+- `KeepsHiddenParts`      the log keeps a forgotten source's parts that stood instead of another
+                          source (F never read them), so forgetting that other source later shows them.
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ from unsee.model.edits import finish, sanitize_without_replay, source_redaction,
 from unsee.model.runtime import ReferenceRuntime
 from unsee.model.session import (
     choose_checkpoint, counterfactual_stream, locate_target, provenance_graph, replay_suffix, restore, selective_replay,
+    suffix_closure,
 )
 from unsee.model.state import Meter
 
@@ -35,7 +47,10 @@ class _Mutant(ReferenceRuntime):
     operator = None  # (session, sources) -> (session, receipt)
 
     def forget(self, sources, method="B7", checkpoint=None):
+        arts, _ = locate_target(self.session, list(sources))
+        taint = tuple(sorted(suffix_closure(self.session.state.artifacts, arts)))
         self.session, receipt = type(self).operator(self.session, list(sources))
+        receipt = replace(receipt, method=method, taint=taint)  # each claims the method asked for, and I(z)
         self._meter.transitions += receipt.transitions
         self._last_checkpoint = receipt.checkpoint
         return receipt
@@ -142,7 +157,7 @@ KEPT_BOUNDARIES = 12
 
 
 def recent_checkpoints_only(s, sources, checkpoint=None):
-    _, tau = locate_target(s, sources)
+    arts, tau = locate_target(s, sources)
     kept = [c for c in s.checkpoints if c.boundary >= s.T - KEPT_BOUNDARIES]
     want = choose_checkpoint(s.checkpoints, tau) if checkpoint is None else \
         next(c for c in s.checkpoints if c.boundary == checkpoint)
@@ -151,7 +166,8 @@ def recent_checkpoints_only(s, sources, checkpoint=None):
     c = min(kept, key=lambda c: c.boundary)  # the payload it wanted is gone: the oldest it has
     meter = Meter()
     new, _, _, replayed = replay_suffix(s, restore(s, c, meter), c.boundary, sources, meter)
-    return finish(s, new, sources, tau, c.boundary, meter, replayed=replayed)
+    return finish(s, new, sources, tau, c.boundary, meter, taint=suffix_closure(s.state.artifacts, arts),
+                  replayed=replayed, method="B7")
 
 
 class RecentCheckpointsOnly(ReferenceRuntime):
@@ -190,7 +206,62 @@ class WrongLogAfterForgets(ReferenceRuntime):
         return counterfactual_stream(tuple(self._raw), self._latest)
 
 
+class ReceiptTaintOneHop(ReferenceRuntime):
+    name = "receipt-taint-one-hop"
+
+    def forget(self, sources, method="B7", checkpoint=None):
+        g = provenance_graph(self.session.state)
+        receipt = super().forget(sources, method, checkpoint)
+        roots = {a for a in receipt.taint if not g.pred[a]}
+        return replace(receipt, taint=tuple(sorted(roots | {b for a in roots for b in g.succ[a]})))
+
+
+class CompensationArgsSwapped(ReferenceRuntime):
+    name = "compensation-args-swapped"
+
+    def forget(self, sources, method="B7", checkpoint=None):
+        receipt = super().forget(sources, method, checkpoint)
+        comp = tuple(dict(x, args=x["committed"]) if x["committed"] is not None else x for x in receipt.compensation)
+        return replace(receipt, compensation=comp)
+
+
+class CompactionsUncheckpointed(ReferenceRuntime):
+    """Drops the checkpoint before each compaction as it steps (the rule it meant to write)."""
+
+    name = "compactions-uncheckpointed"
+
+    def step(self, obs, hints=None) -> None:
+        super().step(obs, hints)
+        s = self.session
+        if self.policy == "events" and obs.compact and not (obs.kind == "memory" or s.states[-2].plan):
+            keep = tuple(c for c in s.checkpoints if c.boundary != s.T - 1 or c.boundary == 0)
+            self.session = replace(s, checkpoints=keep)
+
+
+class KeepsHiddenParts(ReferenceRuntime):
+    """Its state is right; its log keeps the forgotten sources' parts that F never read."""
+
+    name = "keeps-hidden-parts"
+
+    def reset(self) -> None:
+        super().reset()
+        self._hidden: dict[int, tuple] = {}
+
+    def forget(self, sources, method="B7", checkpoint=None):
+        for t, o in enumerate(self.session.observations):
+            kept = tuple(p for p in o.parts if p.source in sources and p.instead_of is not None)
+            self._hidden[t] = self._hidden.get(t, ()) + kept
+        return super().forget(sources, method, checkpoint)
+
+    @property
+    def observations(self):
+        return tuple(replace(o, parts=o.parts + self._hidden.get(t, ())) if self._hidden.get(t) else o
+                     for t, o in enumerate(self.session.observations))
+
+
 MUTANTS = (CropAtTau, OneTransitionShort, SourceRedaction, SanitizeWithoutReplay, SpanExcision,
            ReusePostTauCache)
 # mistakes in what the runtime exposes rather than in the forget operator's state
 PROTOCOL_MUTANTS = (StaleGraphIndex, IgnoresMethod, RecentCheckpointsOnly, WrongLogAfterForgets)
+# mistakes in the receipt, the checkpoint set or the log that leave the state right
+REPORT_MUTANTS = (ReceiptTaintOneHop, CompensationArgsSwapped, CompactionsUncheckpointed, KeepsHiddenParts)

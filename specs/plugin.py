@@ -72,3 +72,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     cov = ", ".join(f"{k}: {v}" for k, v in doc["coverage"].items())
     terminalreporter.write_line(f"unsee kit: {doc['examples']} sessions, {doc['forgets']} forgets in "
                                 f"{doc['seconds']} s; forgets per scenario: {cov}")
+    targets = ", ".join(f"{k}: {v['forgets']} ({v['share']:.0%})" for k, v in doc.get("targets", {}).items())
+    if targets:
+        terminalreporter.write_line(f"unsee kit: coverage targets, forgets that hit each (share of all forgets): {targets}")

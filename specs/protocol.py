@@ -24,6 +24,17 @@ A runtime is a mutable object holding one session. The specs only ever:
 The receipt must carry `tau`, `T`, `checkpoint` (the boundary spliced at), `transitions`
 (invocations of F by this forget), `compensation` (side effects the counterfactual run
 would not make; see A3) and `replayed` (the sanitized observations fed to F, in order).
+Each compensation entry is a mapping {"call_id", "tool", "args" (the counterfactual's
+arguments, or None), "committed" (the committed ones, or None), "reason"}, reason one of
+"not committed", "counterfactual makes no such call", "arguments differ". Fields a receipt
+may carry, and which are then checked: `sources` (the request), `taint` (I(z): node ids of
+G_T), `digests` (of the state after the forget, as `digest()`), `deduplicated` (the call
+ids recognised as already committed). Every value is checked against `unsee.specs.oracle`
+and the twin, never taken from the runtime.
+
+Optional: `layers()` returns layer name → the texts the runtime holds there (transcript,
+memory, summaries, plans, stored rows, pages …); after a forget none may hold a forgotten
+part's text or source id that the twin's lacks (the privacy statement).
 
 Optional: `trajectory()` returns, after a forget, the digests of every state the splice
 went through, R̃_c..R̃_T (c the checkpoint), so that Theorem 1 is checked at every

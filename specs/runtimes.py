@@ -39,6 +39,11 @@ stale_graph_index = _mutant(M.StaleGraphIndex)
 ignores_method = _mutant(M.IgnoresMethod)
 recent_checkpoints_only = _mutant(M.RecentCheckpointsOnly)
 wrong_log_after_forgets = _mutant(M.WrongLogAfterForgets)
+receipt_taint_one_hop = _mutant(M.ReceiptTaintOneHop)
+compensation_args_swapped = _mutant(M.CompensationArgsSwapped)
+compactions_uncheckpointed = _mutant(M.CompactionsUncheckpointed)
+keeps_hidden_parts = _mutant(M.KeepsHiddenParts)
 MUTANT_FACTORIES = ("crop_at_tau", "one_transition_short", "source_redaction", "sanitize_without_replay",
                     "span_excision", "reuse_post_tau_cache", "stale_graph_index", "ignores_method",
-                    "recent_checkpoints_only", "wrong_log_after_forgets")
+                    "recent_checkpoints_only", "wrong_log_after_forgets", "receipt_taint_one_hop",
+                    "compensation_args_swapped", "compactions_uncheckpointed", "keeps_hidden_parts")

@@ -2,7 +2,9 @@
 
 Each function checks its statement on an `Observed` record: what a runtime did on one
 session and one forget request, next to its counterfactual twin (a fresh runtime of the
-same kind driven over o^{-z}). `observe` builds that record from any factory that
+same kind driven over o^{-z}). Every expected value (o^{-z}, τ, I(z), the splice point, the
+checkpoints a policy promises, the compensation list) comes from `unsee.specs.oracle`,
+never from the runtime's own report or from `unsee.model`'s functions. `observe` builds that record from any factory that
 implements `unsee.specs.protocol.Runtime`; `check_all` runs every statement.
 
 A statement that fails raises `SpecViolation` naming the step and the layers that differ.
@@ -15,10 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-import networkx as nx
-
 from unsee.model.state import Observation
-from unsee.model.session import counterfactual_stream
+from unsee.specs import oracle
 from unsee.specs.protocol import RuntimeFactory
 
 
@@ -57,21 +57,26 @@ class Observed:
     invocations_delta: int = 0
     checkpoints: tuple[int, ...] = ()
     forced: int | None = None  # a splice point the caller imposed (B5 is forced to 0)
+    method: str = "B7"  # the method the forget was asked for
     graph_after: Any = None  # G after the forget, as the runtime reports it
     twin_graph: Any = None  # G^{-z}_T
+    graph_before: Any = None  # G_T, as the runtime reported it just before the forget
+    policy: str | None = None  # the checkpoint policy the runtime was built with (None: unknown)
+    log_after: tuple = ()  # the runtime's log after the forget
+    twin_log: tuple = ()  # the twin's log: o^{-z}
+    forgotten: tuple = ()  # (source, text) of every part forgotten so far, this forget's included
+    layers_after: dict | None = None  # the runtime's optional `layers()` after the forget
+    twin_layers: dict | None = None
 
     @property
     def T(self) -> int:
         return len(self.stream)
 
 
-def first_entry_of(stream: Sequence[Observation], sources) -> int:
-    """τ: the first transition whose observation carries any of the sources (1-based)."""
+def forgotten_parts(stream: Sequence[Observation], sources) -> tuple:
+    """(source, text) of every part of the stream whose source is one of `sources`, hidden or not."""
     z = set(sources)
-    for t, o in enumerate(stream, 1):
-        if o.sources & z:
-            return t
-    raise ValueError(f"none of {sorted(z)} occurs in the stream")
+    return tuple(dict.fromkeys((p.source, p.text) for o in stream for p in o.parts if p.source in z))
 
 
 def drive(rt, stream, digests: list | None = None, graphs: list | None = None) -> None:
@@ -89,27 +94,45 @@ def drive(rt, stream, digests: list | None = None, graphs: list | None = None) -
 
 
 def observe(factory: RuntimeFactory, stream, sources, method: str = "B7",
-            checkpoint: int | None = None, twin_factory: RuntimeFactory | None = None) -> Observed:
-    """Run the session, forget, and run the never-saw-z twin; record what the specs need."""
+            checkpoint: int | None = None, twin_factory: RuntimeFactory | None = None,
+            policy: str | None = None) -> Observed:
+    """Run the session, forget, and run the never-saw-z twin over the oracle's o^{-z};
+    record what the specs need."""
     stream = tuple(stream)
     sources = tuple(sources)
-    ob = Observed(stream, sources, first_entry_of(stream, sources),
-                  forced=0 if method == "B5" else checkpoint)
+    ob = Observed(stream, sources, oracle.first_entry(stream, sources),
+                  forced=0 if method == "B5" else checkpoint, policy=policy,
+                  forgotten=forgotten_parts(stream, sources))
     rt = factory()
     drive(rt, stream, ob.real, ob.graphs)
     record_forget(rt, ob, method, checkpoint)
-    twin = (twin_factory or factory)()
-    drive(twin, counterfactual_stream(stream, sources), ob.twin)
+    record_twin(ob, (twin_factory or factory)(), oracle.counterfactual(stream, sources))
+    return ob
+
+
+def record_twin(ob: Observed, twin, stream) -> None:
+    """Drive `twin` over `stream` (o^{-z}) and record what the specs compare against."""
+    drive(twin, stream, ob.twin)
     ob.twin_invocations = twin.invocations
     ob.twin_world = tuple(twin.world)
     ob.twin_graph = twin.graph().copy()
-    return ob
+    ob.twin_log = tuple(twin.observations)
+    ob.twin_layers = layers_of(twin)
+
+
+def layers_of(rt) -> dict | None:
+    """The runtime's optional `layers()`: layer name → the texts it holds there."""
+    if not callable(getattr(rt, "layers", None)):
+        return None
+    return {k: [str(x) for x in v] for k, v in rt.layers().items()}
 
 
 def record_forget(rt, ob: Observed, method: str = "B7", checkpoint: int | None = None) -> None:
     """Forget `ob.sources` on `rt` and record into `ob` what the protocol exposes before and after."""
+    ob.method = method
     ob.checkpoints = tuple(rt.checkpoints)
     ob.world_before = tuple(rt.world)
+    ob.graph_before = rt.graph().copy()
     before = rt.invocations
     ob.receipt = rt.forget(list(ob.sources), method=method, checkpoint=checkpoint)
     ob.invocations_delta = rt.invocations - before
@@ -118,21 +141,14 @@ def record_forget(rt, ob: Observed, method: str = "B7", checkpoint: int | None =
         ob.trajectory = [dict(d) for d in rt.trajectory()]
     ob.world_after = tuple(rt.world)
     ob.graph_after = rt.graph().copy()
+    ob.log_after = tuple(rt.observations)
+    ob.layers_after = layers_of(rt)
 
 
 def graph_rows(g) -> tuple[set, set]:
     """A provenance graph as comparable values: nodes with (type, turn, source ids), and edges."""
     nodes = {(n, d.get("type"), d.get("turn"), frozenset(d.get("source_ids", ()))) for n, d in g.nodes(data=True)}
     return nodes, set(g.edges)
-
-
-def graph_closure(g, sources) -> set:
-    """I(z) read off a runtime's graph(): the root nodes carrying a source, and their descendants."""
-    roots = [n for n, d in g.nodes(data=True) if g.in_degree(n) == 0 and d["source_ids"] & set(sources)]
-    out = set(roots)
-    for r in roots:
-        out |= nx.descendants(g, r)
-    return out
 
 
 def lemma1_prefix_sharing(ob: Observed) -> None:
@@ -154,7 +170,7 @@ def lemma2_taint_monotonicity(ob: Observed) -> None:
         nodes, edges = set(g.nodes), set(g.edges)
         require(prev_nodes <= nodes, f"Lemma 2(i): A_{t - 1} ⊄ A_{t}; lost {sorted(prev_nodes - nodes)[:5]}")
         require(prev_edges <= edges, f"Lemma 2(i): E_{t - 1} ⊄ E_{t}; lost {sorted(prev_edges - edges)[:5]}")
-        cur = graph_closure(g, ob.sources)
+        cur = oracle.taint_closure(g, ob.sources)
         lost = prev - cur
         require(not lost, f"Lemma 2(i): I_{t - 1}(z) ⊄ I_{t}(z); lost {sorted(lost)[:5]}")
         prev_nodes, prev_edges, prev = nodes, edges, cur
@@ -168,7 +184,7 @@ def lemma2_certifiable_boundary(ob: Observed) -> None:
     fixed under A2: a field is in I(z) exactly when it carries z).
     """
     g = ob.graphs[-1]
-    taint = graph_closure(g, ob.sources)
+    taint = oracle.taint_closure(g, ob.sources)
     for n, d in g.nodes(data=True):
         if g.in_degree(n) == 0:
             want = bool(d["source_ids"] & set(ob.sources))
@@ -200,17 +216,29 @@ def theorem1_splicing_equivalence(ob: Observed) -> None:
 def corollary1_optimal_invocations(ob: Observed) -> None:
     """Corollary 1 (Recomputation lower bound and optimality). ... The splicing operator
     invokes [F] exactly T−τ+1 times ...; the gain over a full reset (T invocations) is
-    T/(T−τ+1). With a coarser checkpoint at c < τ it invokes F exactly T−c times."""
+    T/(T−τ+1). With a coarser checkpoint at c < τ it invokes F exactly T−c times.
+
+    The splice point is the oracle's c* = max{c ∈ C : c ≤ τ−1} (Algorithm 1, line 4), where C
+    must hold every checkpoint the runtime's policy promises for its log."""
     r = ob.receipt
     c = r.checkpoint
-    # Verify the splice point is the latest checkpoint before τ (or the forced one)
-    want = ob.forced if ob.forced is not None else max(b for b in ob.checkpoints if b < ob.tau)
+    if ob.policy is not None:
+        # Verify the runtime holds every checkpoint its policy promises
+        missing = sorted(oracle.promised_checkpoints(ob.policy, ob.stream) - set(ob.checkpoints))
+        require(not missing, f"Corollary 1: policy {ob.policy!r} promises checkpoints at boundaries {missing} "
+                             f"of this log; the runtime holds {list(ob.checkpoints)}")
+    # Verify the splice point is the latest checkpoint at or before τ−1 (or the forced one)
+    clean = [b for b in ob.checkpoints if b <= ob.tau - 1]
+    require(ob.forced is not None or bool(clean), f"Corollary 1: no checkpoint at or before τ−1 = {ob.tau - 1} "
+                                                  f"(checkpoints {list(ob.checkpoints)}): R_0 at least must be one")
+    want = ob.forced if ob.forced is not None else oracle.splice_point(clean, ob.tau)
     require(c == want, f"Corollary 1: spliced at boundary {c}, expected {want} "
                        f"(τ={ob.tau}, checkpoints {list(ob.checkpoints)})")
-    require(r.transitions == ob.T - c, f"Corollary 1: {r.transitions} invocations of F from boundary {c}, "
-                                       f"expected T−c = {ob.T - c} (T={ob.T}, τ={ob.tau})")
-    require(ob.invocations_delta == r.transitions,
-            f"Corollary 1: receipt says {r.transitions} invocations, the runtime counted {ob.invocations_delta}")
+    n = oracle.transitions(ob.T, want)
+    require(r.transitions == n, f"Corollary 1: {r.transitions} invocations of F from boundary {want}, "
+                                f"expected T−c = {n} (T={ob.T}, τ={ob.tau})")
+    require(ob.invocations_delta == n,
+            f"Corollary 1: the runtime counted {ob.invocations_delta} invocations of F for the forget, expected {n}")
     require(ob.twin_invocations == ob.T, f"Corollary 1: full reset took {ob.twin_invocations} invocations, expected T={ob.T}")
 
 
@@ -230,36 +258,63 @@ def assumption_a1_deterministic_decoding(factory: RuntimeFactory, stream) -> Non
 def assumption_a2_sanitized_stream(ob: Observed) -> None:
     """(A2) sanitized observations agree with the counterfactual ones, õ_t = o^{-z}_t for all t ≥ τ."""
     c = ob.receipt.checkpoint
-    want = counterfactual_stream(ob.stream, ob.sources)[c:]
+    want = oracle.counterfactual(ob.stream, ob.sources)[c:]
     got = tuple(ob.receipt.replayed)
     require(len(got) == len(want), f"A2 violated: replayed {len(got)} observations, o^-z has {len(want)} after {c}",
             AssumptionViolated)
     for i, (x, y) in enumerate(zip(got, want), c + 1):
-        require(x == y, f"A2 violated: õ_{i} ≠ o^-z_{i}", AssumptionViolated)
+        require(x == y, f"A2 violated: õ_{i} ≠ o^-z_{i}: replayed {x}, o^-z has {y}", AssumptionViolated)
 
 
 def assumption_a3_side_effects(ob: Observed) -> None:
     """(A3) no committed external side effects exist after τ. Where one does, the forget must
-    still reach the counterfactual state, fire nothing, and list it for compensation."""
+    still reach the counterfactual state, fire nothing, and list it for compensation: each
+    entry with the call's tool, its committed and counterfactual arguments and the reason,
+    as `unsee.specs.oracle.compensation` states them."""
     c = ob.receipt.checkpoint
     # Verify the forget fired no side effect, not even a de-duplicated one
     require(ob.world_after == ob.world_before, "A3: the forget changed the world ledger (a side effect fired)")
     ids = [e.call_id for e in ob.world_after]
     require(len(ids) == len(set(ids)), f"A3: a call id appears twice in the world ledger: {ids}")
-    twin = {e.call_id: (e.tool, tuple(e.args)) for e in ob.twin_world if e.turn > c}
-    real = {e.call_id: (e.tool, tuple(e.args)) for e in ob.world_before if e.turn > c}
-    want = {k for k in set(twin) | set(real) if twin.get(k) != real.get(k)}
-    got = {x["call_id"] for x in ob.receipt.compensation}
-    require(got == want, f"A3 report: compensation lists {sorted(got)}, the twin shows {sorted(want)} differ")
+    want = oracle.compensation(ob.world_before, ob.twin_world, c)
+    got = sorted((dict(x) for x in ob.receipt.compensation), key=lambda x: str(x.get("call_id")))
+    got_ids = [x.get("call_id") for x in got]
+    require(got_ids == [x["call_id"] for x in want],
+            f"A3 report: compensation lists {got_ids}, the twin shows {[x['call_id'] for x in want]} differ")
+    for g, w in zip(got, want):
+        norm = {k: (list(g[k]) if isinstance(g.get(k), (tuple, list)) else g.get(k)) for k in w}
+        require(norm == w, f"A3 report: compensation entry {norm}, expected {w}")
+    dedup = getattr(ob.receipt, "deduplicated", None)
+    if dedup is not None:
+        want_d = oracle.deduplicated(ob.world_before, ob.twin_world, c)
+        require(sorted(dedup) == want_d, f"A3 report: de-duplicated {sorted(dedup)}, expected {want_d}")
 
 
 def protocol_reports_the_twin(ob: Observed) -> None:
     """Theorem 1 through everything the protocol exposes, not only `digest()`: after the forget
-    `graph()` is G^{-z}_T (nodes, their type, turn and source ids, and edges), and the receipt
-    states τ and T (the length before the forget) as the kit computes them."""
+    `graph()` is G^{-z}_T (nodes, their type, turn and source ids, and edges) and the log is
+    o^{-z}; the receipt states τ, T (the length before the forget), the method asked for
+    (its `method`, when it has one), the sources it forgot,
+    I(z) (its `taint`, when it has one) on G_T and the digests of R^{-z}_T (its `digests`, when
+    it has them), each as the oracle computes it."""
     r = ob.receipt
     require(r.tau == ob.tau, f"receipt: tau={r.tau}, but {list(ob.sources)} first enter at τ={ob.tau}")
     require(r.T == ob.T, f"receipt: T={r.T}, but the session had T={ob.T} observations before the forget")
+    if isinstance(getattr(r, "method", None), str) and ob.method in ("B7", "B5"):
+        require(r.method == ob.method, f"receipt: method {r.method!r}, but {ob.method!r} was asked for")
+    if getattr(r, "sources", None) is not None:
+        require(sorted(r.sources) == sorted(ob.sources), f"receipt: sources {list(r.sources)}, requested {list(ob.sources)}")
+    if getattr(r, "taint", None) is not None and ob.graph_before is not None:
+        want = oracle.taint_closure(ob.graph_before, ob.sources)
+        got = set(r.taint)
+        require(got == want, f"receipt: I(z) has {len(got)} artifacts, the oracle's closure on G_T {len(want)}: "
+                             f"extra {sorted(got - want)[:3]}, missing {sorted(want - got)[:3]}")
+    if isinstance(getattr(r, "digests", None), dict) and ob.twin:
+        d = diff_layers(dict(r.digests), ob.twin[-1])
+        require(not d, f"receipt: its digests differ from R^-z_T's in layers {d}")
+    if ob.log_after and ob.twin_log:
+        require(tuple(ob.log_after) == tuple(ob.twin_log),
+                f"log: after forgetting {list(ob.sources)} the runtime's log is not o^-z")
     if ob.graph_after is None or ob.twin_graph is None:
         return
     (n1, e1), (n2, e2) = graph_rows(ob.graph_after), graph_rows(ob.twin_graph)
@@ -271,6 +326,60 @@ def protocol_reports_the_twin(ob: Observed) -> None:
                       f"missing {sorted(e2 - e1)[:3]}")
 
 
+def _texts(obj) -> list[str]:
+    """Every string a value holds (observations, parts, dicts, tuples), for the privacy scan."""
+    if isinstance(obj, str):
+        return [obj]
+    if isinstance(obj, Observation):
+        return [x for p in obj.parts for x in (p.source, p.text, p.instead_of or "")]
+    if isinstance(obj, dict):
+        return [x for k, v in obj.items() for x in _texts(k) + _texts(v)]
+    if isinstance(obj, (tuple, list, set, frozenset)):
+        return [x for v in obj for x in _texts(v)]
+    return []
+
+
+def holds(text: str, needle: str) -> bool:
+    """Does `text` hold `needle` as a run of whole words?"""
+    h, n = text.split(), needle.split()
+    return bool(n) and any(h[i:i + len(n)] == n for i in range(len(h) - len(n) + 1))
+
+
+def privacy_nothing_forgotten_remains(ob: Observed) -> None:
+    """Definition 1's first requirement, checked directly: "the target is no longer accessible
+    (the counterfactual never contained z)". After the forget no layer the runtime exposes
+    holds what the twin's lacks: no part with a forgotten source id (hidden `instead_of` parts
+    included) and no forgotten part's text — in the log, the graph's source ids, the receipt
+    (its replayed observations and every other field but the request's own source ids), and
+    every layer of the optional `layers()` (transcript, memory, artifacts, plans, ledger,
+    receipts, pages: whatever the runtime persists). Layers exposed only as digests are
+    covered by Theorem 1 (equal to the twin's)."""
+    gone = {s for s, _ in ob.forgotten} - oracle.sources_in(ob.twin_log)
+    twin_texts = _texts(ob.twin_log) + _texts(ob.twin_layers or {})
+    words = sorted({t for _, t in ob.forgotten if t.split() and not any(holds(x, t) for x in twin_texts)})
+
+    def scan(where: str, texts) -> None:
+        for x in texts:
+            bad = [w for w in words if holds(x, w)] + [s for s in gone if s in x.split()]
+            if bad:
+                raise SpecViolation(f"privacy: after forgetting {list(ob.sources)} {where} still holds {bad[0]!r}, "
+                                    "which the twin's lacks")
+
+    # Verify the log holds no part of a forgotten source and no forgotten text the twin lacks
+    for t, o in enumerate(ob.log_after, 1):
+        scan(f"the log at t={t}", _texts(o))
+    if ob.graph_after is not None:
+        for n, d in ob.graph_after.nodes(data=True):
+            scan(f"graph node {n}'s source ids", list(d.get("source_ids", ())))
+    r = ob.receipt
+    names = getattr(type(r), "__dataclass_fields__", None) or ("replayed", "compensation")
+    for name in names:
+        if name != "sources":
+            scan(f"the receipt's {name}", _texts(getattr(r, name, ())))
+    for layer, texts in (ob.layers_after or {}).items():
+        scan(f"layer {layer!r}", texts)
+
+
 FORGET_STATEMENTS = (
     lemma1_prefix_sharing,
     lemma2_taint_monotonicity,
@@ -280,6 +389,7 @@ FORGET_STATEMENTS = (
     corollary1_optimal_invocations,
     assumption_a2_sanitized_stream,
     assumption_a3_side_effects,
+    privacy_nothing_forgotten_remains,
 )
 
 

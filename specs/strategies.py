@@ -30,14 +30,20 @@ texts = st.lists(st.sampled_from(WORDS), min_size=0, max_size=5).map(" ".join)
 
 @st.composite
 def observations(draw, index: int = 0) -> Observation:
+    """One observation of up to three parts. A part is a target's one time in four, a later
+    part may repeat an earlier part's text under its own source (the same text under two
+    sources), and a target's part may come with a span that stands `instead_of` it, whose
+    own source is benign or another target (a target inside an `instead_of` part)."""
     kind = draw(st.sampled_from(("user", "user", "memory", "tool", "system")))
-    n_parts = draw(st.integers(1, 2))
-    parts = []
+    n_parts = draw(st.integers(1, 3))
+    parts: list[Part] = []
     for k in range(n_parts):
         src = draw(st.sampled_from(TARGETS)) if draw(st.integers(0, 3)) == 3 else f"s{index}.{k}"
-        parts.append(Part(src, draw(texts)))
+        text = parts[-1].text if parts and draw(st.integers(0, 4)) == 4 else draw(texts)
+        parts.append(Part(src, text))
         if src in TARGETS and draw(st.booleans()):  # a value the target changed: clean text only without it
-            parts.append(Part(f"s{index}.{k}.alt", draw(texts), instead_of=src))
+            alt = draw(st.sampled_from((f"s{index}.{k}.alt",) + tuple(z for z in TARGETS if z != src)))
+            parts.append(Part(alt, draw(texts), instead_of=src))
     reply = draw(st.integers(0, 3))
     tool = draw(st.sampled_from((None, None) + TOOLS))
     compact = draw(st.integers(0, 7)) == 7

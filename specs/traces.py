@@ -20,7 +20,8 @@ The rules (each violation names one):
                       transition started from, and no rebuild happens except a compaction.
 - `restore-offset`    the restore leaves exactly the chosen checkpoint's context
                       (`Checkpoint.token_offset` tokens; 0 for a full reset).
-- `checkpoint`        B7 restores c* = argmax{c < τ} unless a checkpoint was forced; B5 and
+- `checkpoint`        B7 restores the oracle's c* = max{c ≤ τ−1} over the checkpoints held and
+                      those the session's policy promises, unless one was forced; B5 and
                       B5′ restore R_0.
 - `transitions`       transitions c+1..T end in order, each once: T−c of them (T−τ+1 when
                       c = τ−1), as many as the receipt counts.
@@ -42,7 +43,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from unsee.model.session import Receipt, Session, choose_checkpoint
+from unsee.model.session import Receipt, Session
+from unsee.specs import oracle
 
 METHODS = ("B7", "B5", "B5'")
 RULES = ("log", "restore-first", "one-restore", "restore-offset", "checkpoint", "transitions", "contiguous",
@@ -151,13 +153,19 @@ class Expectation:
 
 
 def expectation(before: Session, receipt: Receipt, forced: bool = False) -> Expectation:
-    """The expectation for `receipt`, the receipt of a forget run on `before`."""
+    """The expectation for `receipt`, the receipt of a forget run on `before`: τ and the
+    splice point c* from the oracle (`unsee.specs.oracle`) over the session's log and
+    checkpoints, the counts the receipt claims (checked against the log's events)."""
     c = receipt.checkpoint
     offsets = {cp.boundary: cp.token_offset for cp in before.checkpoints}
-    latest = choose_checkpoint(before.checkpoints, receipt.tau).boundary
+    tau = oracle.first_entry(before.observations, receipt.sources)  # the oracle's, never the receipt's
+    held = {cp.boundary for cp in before.checkpoints}
+    if before.policy in ("every", "events", "start"):  # a checkpoint the policy promises counts even if it is missing
+        held |= oracle.promised_checkpoints(before.policy, before.observations)
+    latest = oracle.splice_point(held, tau)
     compacts = frozenset(t for t in range(c + 1, before.T + 1) if before.observations[t - 1].compact)
     accounted = frozenset(receipt.deduplicated) | frozenset(x["call_id"] for x in receipt.compensation)
-    return Expectation(receipt.method, receipt.tau, before.T, c, latest, forced, offsets.get(c, -1), compacts,
+    return Expectation(receipt.method, tau, before.T, c, latest, forced, offsets.get(c, -1), compacts,
                        accounted, receipt.transitions, receipt.tokens_restored, receipt.tokens_rematerialized,
                        receipt.tokens_decoded)
 

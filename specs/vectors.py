@@ -30,9 +30,9 @@ from pathlib import Path
 
 import networkx as nx
 
-from unsee.model.session import counterfactual_stream
 from unsee.model.state import Observation, Part
-from unsee.specs.statements import drive, first_entry_of, graph_rows
+from unsee.specs import oracle
+from unsee.specs.statements import drive, graph_rows
 
 PATH = Path(__file__).parent / "vectors" / "vectors.json"
 WORDS = ("alice", "elm", "street", "iban", "DE89", "budget", "friday", "ok", "send", "report")
@@ -80,7 +80,7 @@ def generate(n: int = 40, seed: int = 0) -> list[dict]:
         g = rt.graph()
         fields = sorted([d["turn"], src] for n_, d in g.nodes(data=True) if g.in_degree(n_) == 0
                         for src in d["source_ids"] if src in forget)
-        tau = first_entry_of(obs, forget)
+        tau = oracle.first_entry(obs, forget)
         method, checkpoint = ("B5", None) if i % 4 == 1 else ("B7", None)
         if i % 4 == 2 and tau > 1:
             checkpoint = rng.randint(0, tau - 2)  # every boundary is a checkpoint under "every"
@@ -89,7 +89,7 @@ def generate(n: int = 40, seed: int = 0) -> list[dict]:
         out.append({"id": f"v{i:03d}", "config": cfg, "session": [o.to_json() for o in obs], "forget": forget, **extra,
                     "expect": {"tau": r.tau, "T": r.T, "checkpoint": r.checkpoint, "transitions": r.transitions,
                                "full_reset_transitions": len(obs),
-                               "counterfactual": stream_digest(counterfactual_stream(obs, forget)),
+                               "counterfactual": stream_digest(oracle.counterfactual(obs, forget)),
                                "tainted_fields": fields}})
     return out
 
@@ -112,7 +112,7 @@ def check_vector(factory, v: dict) -> None:
     taint = set(roots).union(*(nx.descendants(g, n) for n in roots)) if roots else set()
     early = sorted(n for n in taint if g.nodes[n]["turn"] < e["tau"])
     assert not early, f"artifacts before τ={e['tau']} are tainted: {early[:3]}"
-    assert first_entry_of(obs, v["forget"]) == e["tau"]
+    assert oracle.first_entry(obs, v["forget"]) == e["tau"]
     before = rt.invocations
     r = rt.forget(list(v["forget"]), method=v.get("method", "B7"), checkpoint=v.get("checkpoint"))
     for k in ("tau", "T", "checkpoint", "transitions"):
@@ -120,7 +120,7 @@ def check_vector(factory, v: dict) -> None:
     assert rt.invocations - before == e["transitions"], "the invocation counter disagrees with the receipt"
     assert stream_digest(list(rt.observations)) == e["counterfactual"], "the log is not o^{-z}"
     twin = factory()
-    drive(twin, counterfactual_stream(obs, v["forget"]))
+    drive(twin, oracle.counterfactual(obs, v["forget"]))
     assert twin.invocations == e["full_reset_transitions"]
     a, b = dict(rt.digest()), dict(twin.digest())
     layers = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))

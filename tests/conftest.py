@@ -34,7 +34,9 @@ HEAVY = {"test_kit.py::test_kit_rejects_mutant_with_a_readable_trace", "test_kit
          "test_kit.py::test_example_runtime_passes_the_kit",
          "test_mutants.py::test_mutant_is_caught_with_a_short_trace", "test_mutants.py::test_state_machine_rejects_mutant",
          "test_durability.py::test_kill_9_at_random_moments_never_leaves_a_half_state",
-         "test_bench.py::test_taint_closure_on_a_large_graph", "test_bench.py::test_agent_shape_across_processes"}
+         "test_bench.py::test_taint_closure_on_a_large_graph", "test_bench.py::test_agent_shape_across_processes",
+         "test_oracle.py::test_report_mutant_is_caught_by_the_default_run",
+         "test_oracle.py::test_reference_reaches_every_coverage_target_in_the_default_run"}
 
 
 def pytest_collection_modifyitems(config, items):

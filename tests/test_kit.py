@@ -37,6 +37,10 @@ def test_reference_passes_the_default_run_with_a_coverage_line(tmp_path):
     for scenario in ("method B5", "checkpoint forced", "session longer than 12 observations", "instead_of parts",
                      "several targets with different tau", "forget after an earlier forget"):
         assert scenario in line, line
+    targets = next(x for x in p.stdout.splitlines() if x.startswith("unsee kit: coverage targets"))
+    for target in ("compaction right before tau", "policy has no checkpoint at tau-1", "target inside an instead_of part",
+                   "z1, then z2, then z1 again"):
+        assert target in targets and f"{target}: 0 (" not in targets, targets
 
 
 def test_a_runtime_that_raises_is_named_with_a_runnable_trace(tmp_path):
