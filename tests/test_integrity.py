@@ -421,3 +421,30 @@ def test_the_soak_runs_forget_and_check_in_new_processes(tmp_path):
     doc = soak("tiny-llama", turns=13, iterations=1, load=0, out=tmp_path / "soak")
     assert doc["failures"] == 0 and doc["rows"][0]["exact"] and doc["rows"][0]["transitions"] == 12
     assert doc["environment"]["identity"]["threads"] == 1 and not (tmp_path / "soak" / "iteration-000").exists()
+
+
+def test_a_hidden_part_of_the_target_before_tau_leaves_the_stored_log(tmp_path):
+    """A part of z that stands instead of another source (shown only in a world without that
+    source) is never read by F, so it sits before τ; the twin's log never held it, so after the
+    forget the store's log must not either: its bytes are gone from the file."""
+    from unsee.impl.store.episode import write_episode
+    from unsee.model import Observation, Part
+
+    obs = [Observation("system", (Part("sys", "you are an agent"),)),
+           Observation("tool", (Part("y", "file size 12 bytes"), Part("z", "quokka lagoon 4471", instead_of="y")),
+                       reply=2),
+           Observation("user", (Part("u3", "go on"),), reply=2),
+           Observation("memory", (Part("z", "the code is quokka lagoon 4471"),)),
+           Observation("user", (Part("u5", "thanks"),), reply=2)]
+    ep = tmp_path / "e.jsonl"
+    write_episode(ep, obs)
+    db = tmp_path / "s.db"
+    assert invoke("run", ep, "--db", db, "--model", "reference").exit_code == 0
+    assert b"quokka lagoon 4471" in db.read_bytes()
+    res = invoke("forget", "--db", db, "--source", "z", "--json", tmp_path / "r.json")
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "r.json").read_text())["tau"] == 4
+    assert b"quokka lagoon" not in db.read_bytes()
+    assert invoke("check", "--db", db, "--fast").exit_code == 0
+    check = invoke("check", "--db", db)
+    assert check.exit_code == 0 and "exact=True" in check.output, check.output

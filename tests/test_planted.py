@@ -24,8 +24,18 @@ def test_problems_names_a_bug_the_kit_lets_through():
     assert problems({"clean": clean, "bugs": [dict(row, changes_forget=False)]}) == []
 
 
+# CI plants three (the forgotten text back in the log, a restore that crashed `prove --code`, a
+# de-duplication the Z3 model cannot see); UNSEE_PLANTED=all plants all of them, as
+# `python -m unsee.specs.planted` does (about half an hour on two cores).
+CI_BUGS = ("without_keeps_instead_of_part", "restore_one_block_too_many", "replay_tools_call_id_only")
+
+
 @pytest.mark.heavy
 def test_every_planted_bug_is_caught_by_two_layers_including_the_kit():
-    doc = run_matrix(BUGS, LAYERS)
+    import os
+
+    bugs = BUGS if os.environ.get("UNSEE_PLANTED") == "all" else [b for b in BUGS if b.name in CI_BUGS]
+    assert len(bugs) >= len(CI_BUGS)
+    doc = run_matrix(bugs, LAYERS)
     print(format_matrix(doc))
     assert not problems(doc), "\n".join(problems(doc))

@@ -691,14 +691,23 @@ class Store:
         c = -1 if since is None else since
         if not -1 <= c <= s.T:
             raise StoreError(f"cannot save from R_{c}: the session has T={s.T}")
-        if c >= 0:
-            row = db.execute("SELECT chain FROM observations WHERE t = ?", (c,)).fetchone()
-            head = "0" * 64 if c == 0 else (row[0] if row else None)
+        # the log is rewritten from o_{k+1} on: k = c, or earlier where a forget changed an
+        # observation before the splice point (a part of the target F never read, one standing
+        # instead of another source, leaves the twin's log as well)
+        k = c
+        if receipt is not None and c >= 1:
+            for t, body in db.execute("SELECT t, body FROM observations WHERE t <= ? ORDER BY t", (c,)):
+                if body != canonical(s.observations[t - 1]):
+                    k = t - 1
+                    break
+        if k >= 0:
+            row = db.execute("SELECT chain FROM observations WHERE t = ?", (k,)).fetchone()
+            head = "0" * 64 if k == 0 else (row[0] if row else None)
             if head is None:
-                raise StoreError(f"{self.path} holds no o_{c} to save after; save the whole session")
+                raise StoreError(f"{self.path} holds no o_{k} to save after; save the whole session")
         else:
             head = "0" * 64
-        bodies = [canonical(o) for o in s.observations[max(c, 0):]]
+        bodies = [canonical(o) for o in s.observations[max(k, 0):]]
         hashes = chain_of(bodies, head)
         if c >= 0 and expect is None:
             raise StoreError("a partial save needs the root its session was read from (expect=)")
@@ -719,7 +728,8 @@ class Store:
                               "turns", "pages"):
                     db.execute(f"DELETE FROM {table}")
             else:
-                for table, col in (("observations", "t"), ("deltas", "t"), ("artifacts", "turn"), ("edges", "turn"),
+                db.execute("DELETE FROM observations WHERE t > ?", (k,))
+                for table, col in (("deltas", "t"), ("artifacts", "turn"), ("edges", "turn"),
                                    ("checkpoints", "boundary"), ("pages", "born")):
                     db.execute(f"DELETE FROM {table} WHERE {col} > ?", (c,))
                 db.execute("DELETE FROM world")
@@ -738,7 +748,7 @@ class Store:
             db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta.items())
             db.execute("DELETE FROM meta WHERE key = 'pending_forget'")
             self._point("meta")
-            first = max(c, 0) + 1
+            first = max(k, 0) + 1
             db.executemany("INSERT INTO observations VALUES (?, ?, ?)",
                            [(t, b, h) for t, (b, h) in enumerate(zip(bodies, hashes), first)])
             self._point("observations")
@@ -775,7 +785,7 @@ class Store:
                 db.execute("INSERT INTO receipts (body) VALUES (?)", (json.dumps({**receipt, "log_head": meta["chain_head"]}),))
             self._point("receipt")
             t0 = time.perf_counter()
-            root = self._seal(max(c, 0))
+            root = self._seal(min(max(c, 0), max(k, 0) + 1))
             self.integrity_seconds += time.perf_counter() - t0
             self._point("seal")
             db.execute("COMMIT")
