@@ -11,7 +11,7 @@ exits with its own failure report (exit status 1, no Python traceback of the too
     python -m unsee.specs.planted --json matrix.json
 
 Layers are values (`Layer`): a name, a command run in the copy's root with the copy first on
-PYTHONPATH, and a time limit. `LAYERS` is the default list; a layer is added by appending
+PYTHONPATH, and a time limit. `LAYERS` is the default tuple; a layer is added by adding
 to it (or passing `layers=` to `run_matrix`).
 """
 
@@ -58,7 +58,7 @@ class Layer:
 PY = sys.executable
 FAST_TESTS = ("tests/test_oracle.py", "tests/test_statements.py", "tests/test_reference_machine.py")
 
-LAYERS: list[Layer] = [
+LAYERS: tuple[Layer, ...] = (
     Layer("kit", (PY, "-m", "pytest", "--pyargs", "unsee.specs.conformance",
                   "--unsee-runtime=unsee.specs.runtimes:reference", "-p", "no:cacheprovider", "-q", "-x")),
     Layer("verify", (PY, "-c", "from unsee.impl.cli import app; app()", "verify", "--engine", "reference",
@@ -67,13 +67,13 @@ LAYERS: list[Layer] = [
                          "-q", "-x")),
     Layer("prove --code", (PY, "-c", "from unsee.impl.cli import app; app()", "prove", "--code")),
     Layer("prove", (PY, "-c", "from unsee.impl.cli import app; app()", "prove")),
-]
+)
 
 # Layers run only when named (`--layer traces`): the KV engine's trace validation on the tiny
 # models needs torch and about a minute a bug.
-EXTRA_LAYERS: list[Layer] = [
+EXTRA_LAYERS: tuple[Layer, ...] = (
     Layer("traces", (PY, "-m", "pytest", "tests/test_traces.py", "-p", "no:cacheprovider", "-q", "-x")),
-]
+)
 
 S, ST = "model/session.py", "model/state.py"
 

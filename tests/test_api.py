@@ -39,16 +39,3 @@ def test_create_refuses_an_existing_session(tmp_path):
     with pytest.raises(StoreError, match="already exists"):
         Agent.create(db, model="reference")
 
-
-def test_the_readme_snippet_runs_as_written(tmp_path, monkeypatch):
-    import re
-    from pathlib import Path
-
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme.split("## An agent that stays up", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-    assert len(code.strip().splitlines()) <= 15
-    monkeypatch.chdir(tmp_path)
-    scope: dict = {}
-    exec(compile(code, "README.md", "exec"), scope)
-    assert scope["receipt"]["transitions"] == 2 and (tmp_path / "agent.db").exists()
