@@ -49,6 +49,11 @@ def _many(values: Optional[list[str]], default: str) -> list[str]:
     return [x.strip() for v in (values or [default]) for x in v.split(",") if x.strip()]
 
 
+def _args(args) -> str:
+    """A call's decoded JSON arguments, as the user reads them."""
+    return json.dumps(args, ensure_ascii=False)
+
+
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Exact execution-state unlearning for stateful LLM agents, and the proofs that it is exact.")
 console = Console(stderr=True)
@@ -316,9 +321,9 @@ def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observa
 
     store = None
     try:
-        stream = parse_episode(episode, max_new_tokens)  # every line is checked before anything is written
+        stream, tools = parse_episode(episode, max_new_tokens)  # every line is checked before anything is written
         store = Store(db, create=True)  # claims the path atomically: an existing file is never replaced
-        rt = make_runtime(model, Config(sampling=seed is not None, seed=seed), policy.value,
+        rt = make_runtime(model, Config(sampling=seed is not None, seed=seed, tools=tools), policy.value,
                           kv_pages=kv_pages is KvPages.keep)
         with _progress() as p:
             task = p.add_task(f"run {episode.name} on {model}", total=len(stream))
@@ -364,9 +369,8 @@ def forget(db: Path = typer.Option(..., help="The session store."),
     store = None
     try:
         store = Store(db)
-        for note in (store.recovered, store.migrated and f"migrated {db}: {store.migrated}"):
-            if note:
-                console.print(f"[yellow]{note}[/yellow]")
+        if store.recovered:
+            console.print(f"[yellow]{store.recovered}[/yellow]")
         stored_model = store.meta("model")
         if model is not None and model != stored_model:
             raise UnseeError(f"{db} was run on {stored_model!r}, not {model!r}: forgetting on another model "
@@ -389,13 +393,11 @@ def forget(db: Path = typer.Option(..., help="The session store."),
         table.add_row(k, str(doc[k]))
     table.add_row("compensation", str(len(doc["compensation"])))
     out.print(table)
-    from unsee.impl.store.show import decoder_of
-
-    decode = decoder_of(rt.model)
     for c in doc["compensation"]:
-        committed = "never fired" if c["committed"] is None else f"fired {c['tool']}({decode(c['committed'])})"
+        committed = "never fired" if c["committed"] is None else f"fired {c['tool']}({_args(c['committed'])})"
+        twin = "makes no such call" if c["args"] is None else f"would call {c['tool']}({_args(c['args'])})"
         console.print(f"[yellow]needs compensation[/yellow] {c['call_id']}: {c['reason']}; {committed}, the twin "
-                      f"would call {c['tool']}({decode(c['args'])})", soft_wrap=True)
+                      f"{twin}", soft_wrap=True)
     if doc["pages_recomputed"]:
         console.print(f"[yellow]{len(doc['pages_recomputed'])} stored K/V page(s) failed their digest and were "
                       "recomputed from the verified tokens[/yellow] (counted in tokens_rematerialized)")
@@ -426,9 +428,8 @@ def check(db: Path = typer.Option(..., help="The session store."),
     store = None
     try:
         store = Store(db)
-        for note in (store.recovered, store.migrated and f"migrated {db}: {store.migrated}"):
-            if note:
-                console.print(f"[yellow]{note}[/yellow]")
+        if store.recovered:
+            console.print(f"[yellow]{store.recovered}[/yellow]")
         if fast:
             doc = check_store(store, fast=True)
         else:

@@ -88,10 +88,12 @@ class LM(Protocol):
     name: str
 
     def encode(self, kind: str, text: str) -> tuple[int, ...]: ...
-    def header(self, purpose: str) -> tuple[int, ...]: ...
+    def header(self, purpose: str, tool: str | None = None) -> tuple[int, ...]: ...
+    def grammar(self, tool) -> Any: ...
+    def json_text(self, tokens) -> str: ...
     def empty(self) -> Any: ...
     def prefill(self, kv: Any, tokens, logits: bool = False, reuse: Any = None) -> Any: ...
-    def decode(self, kv: Any, n: int, draw_list, hint=None, trust: bool = False
+    def decode(self, kv: Any, n: int, draw_list, hint=None, trust: bool = False, constraint=None
                ) -> tuple[tuple[int, ...], Any, int]: ...
     def crop(self, kv: Any, n: int) -> Any: ...
     def resident(self, kv: Any) -> bool: ...
@@ -102,6 +104,41 @@ class LM(Protocol):
     def after_step(self, state) -> None: ...
     def select(self, kv: Any, positions) -> Any: ...
     def kv_digest(self, kv: Any) -> str: ...
+
+
+END = VOCAB  # the reference's end-of-call token: a constrained reply ends with it
+
+
+def masked_token(kv: tuple[int, ...], allowed, draw: int | None) -> int:
+    """The choice among `allowed` tokens (a mask): the best-scoring one, or with a draw one of the
+    four best. Every score is a function of kv[-1], i.e. of the entire context."""
+    h = kv[-1] if kv else 0
+    ranked = sorted(allowed, key=lambda t: (-(((h ^ (t * 0x9E3779B97F4A7C15)) * _MUL) % _MOD), t))
+    return ranked[0] if draw is None else ranked[draw % min(4, len(ranked))]
+
+
+def constrained(kv, n: int, draw_list, hint, schema):
+    """A reply of at most n tokens whose bytes are a JSON document of `schema`, then END.
+
+    Token i is the choice among the tokens the matcher allows after tokens 0..i−1, so the mask is a
+    function of the reply so far and the reply is still the unique fixed point of the choices. A
+    draft (`hint`) is checked token by token against those choices and decoding resumes at the
+    first disagreement. Returns (tokens, kv, tokens decoded one forward at a time)."""
+    m = schema.matcher()
+    out: list[int] = []
+    decoded = 0
+    draft = list(hint) if hint is not None else []
+    while len(out) < n:
+        allowed = [ord(c) for c in m.allowed()] + ([END] if m.complete() else [])
+        tok = masked_token(kv, allowed, None if draw_list is None else draw_list[len(out)])
+        if len(out) >= len(draft) or draft[len(out)] != tok:
+            draft, decoded = [], decoded + 1
+        out.append(tok)
+        kv = extend(kv, (tok,))
+        if tok == END:
+            break
+        m.consume(chr(tok))
+    return tuple(out), kv, decoded
 
 
 class ReferenceLM:
@@ -121,8 +158,16 @@ class ReferenceLM:
     def encode(self, kind: str, text: str) -> tuple[int, ...]:
         return tokenize(text)
 
-    def header(self, purpose: str) -> tuple[int, ...]:
+    def header(self, purpose: str, tool: str | None = None) -> tuple[int, ...]:
         return ()
+
+    def grammar(self, tool):
+        """The constraint of a call to `tool`: its argument schema, read one byte token at a time."""
+        return tool.arguments
+
+    def json_text(self, tokens) -> str:
+        """The text of a constrained reply: its byte tokens, the end token dropped."""
+        return bytes(t for t in tokens if t < 256).decode("ascii")
 
     def empty(self) -> tuple[int, ...]:
         return ()
@@ -136,7 +181,7 @@ class ReferenceLM:
             return reuse[1][:n + len(tokens)]
         return extend(kv, tokens)
 
-    def decode(self, kv, n: int, draw_list, hint=None, trust: bool = False):
+    def decode(self, kv, n: int, draw_list, hint=None, trust: bool = False, constraint=None):
         """F's reply: n tokens, each the choice after the context and the tokens before it.
         Returns (tokens, kv, tokens decoded one forward at a time).
 
@@ -144,7 +189,11 @@ class ReferenceLM:
         the context makes, and only from the first disagreement on is the rest decoded. The
         answer does not depend on the hint (the reply is the unique fixed point), only its cost.
         Here a prefill and a decode give the same bits, so the check is exact token by token.
-        `trust` takes the hint unchecked (the bench's labelled oracle comparison, not exact)."""
+        `trust` takes the hint unchecked (the bench's labelled oracle comparison, not exact).
+        `constraint` (from `grammar`): decode at most n tokens of JSON under a schema (see
+        `constrained`)."""
+        if constraint is not None:
+            return constrained(kv, n, draw_list, hint, constraint)
         if trust and hint is not None and len(hint) == n:
             return tuple(hint), extend(kv, tuple(hint)), 0
         if n == 0:

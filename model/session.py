@@ -13,6 +13,7 @@ is a count of calls, not a formula.
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from dataclasses import dataclass, field, replace
 
@@ -262,6 +263,7 @@ def replay_tools(world: tuple[LedgerEntry, ...], effects: tuple[LedgerEntry, ...
 
     A call whose id and arguments match a committed one is recognised (never fired again).
     Any other counterfactual call is *not* fired either: it is returned for compensation.
+    Arguments are compared as canonical JSON text and reported decoded (JSON objects).
     """
     committed = {e.call_id: e for e in world}
     dedup, differs = [], []
@@ -270,10 +272,15 @@ def replay_tools(world: tuple[LedgerEntry, ...], effects: tuple[LedgerEntry, ...
         if old is not None and old.tool == e.tool and old.args == e.args:
             dedup.append(e.call_id)
         else:
-            differs.append({"call_id": e.call_id, "tool": e.tool, "args": list(e.args),
-                            "committed": None if old is None else list(old.args),
+            differs.append({"call_id": e.call_id, "tool": e.tool, "args": arguments(e.args),
+                            "committed": None if old is None else arguments(old.args),
                             "reason": "not committed" if old is None else "arguments differ"})
     return dedup, differs
+
+
+def arguments(args: str):
+    """A call's arguments as the JSON value they encode (what receipts and compensation show)."""
+    return json.loads(args)
 
 
 def replay_suffix(s: Session, start: State, boundary: int, sources, meter: Meter, drafts: bool = False,
@@ -307,7 +314,7 @@ def replay_suffix(s: Session, start: State, boundary: int, sources, meter: Meter
     for e in s.world:  # committed after τ but absent from the counterfactual ledger
         if e.turn > boundary and e.call_id not in new_ids:
             comp.append({"call_id": e.call_id, "tool": e.tool, "args": None,
-                         "committed": list(e.args), "reason": "counterfactual makes no such call"})
+                         "committed": arguments(e.args), "reason": "counterfactual makes no such call"})
     used = {c.env_snapshot for c in t.checkpoints}  # drop snapshots only the forgotten suffix referenced
     t = replace(t, world=s.world, forgotten=s.forgotten | frozenset(sources),
                 snapshots=tuple(x for x in dict.fromkeys(s.snapshots + t.snapshots) if x[0] in used))

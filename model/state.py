@@ -10,9 +10,9 @@ One transition, in order:
   2. prefill one block per observation part (memory parts are also written to the
      plaintext memory store);
   3. decode the model's reply (obs.reply tokens), if any;
-  4. if the observation asks for a tool: decode a two-token plan (its arguments come from
-     what the model produced, so influence flows from context into actions); a read-only
-     tool runs now and its result is prefilled; a consequential one becomes a pending plan;
+  4. if the observation asks for a tool: decode the call's JSON arguments under the tool's
+     schema (what the model produced flows from context into actions); a read-only tool runs
+     now and its result is prefilled; a consequential one becomes a pending plan;
   5. if obs.compact: decode a summary, rebuild the context as [leading system blocks,
      summary] and write the summary back to memory.
 """
@@ -26,11 +26,13 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from unsee.model import lm
+from unsee.model.grammar import canonical
+from unsee.model.tools import BUILTIN, Tool, builtin_tools, commit, run_read_only
 
 KINDS = ("system", "user", "memory", "tool")
 READ_ONLY_TOOLS = ("lookup",)
 CONSEQUENTIAL_TOOLS = ("send",)
-TOOLS = READ_ONLY_TOOLS + CONSEQUENTIAL_TOOLS
+TOOLS = BUILTIN  # the tools every session has; a Config may declare more
 
 
 
@@ -53,7 +55,8 @@ class Observation:
     """o_t: an external observation (system prompt, user turn, memory injection, tool return).
 
     reply: how many tokens the model decodes after it (0 = no reply).
-    tool: a tool the observation asks the agent to call (see TOOLS), or None.
+    tool: the name of a tool the observation asks the agent to call (`lookup`, `send`, or one
+    the session's Config declares), or None.
     compact: compact the context at the end of this transition.
     """
 
@@ -66,8 +69,8 @@ class Observation:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"observation kind {self.kind!r} is not one of {KINDS}")
-        if self.tool is not None and self.tool not in TOOLS:
-            raise ValueError(f"tool {self.tool!r} is not one of {TOOLS}")
+        if self.tool is not None and not (isinstance(self.tool, str) and self.tool.isidentifier()):
+            raise ValueError(f"tool {self.tool!r} is not a tool name")
         if self.reply < 0:
             raise ValueError(f"reply must be >= 0 tokens, got {self.reply}")
 
@@ -150,32 +153,54 @@ class Block:
 
 @dataclass(frozen=True)
 class ToolCall:
+    """A pending consequential call. args: the canonical JSON text of its arguments."""
+
     call_id: str
     tool: str
-    args: tuple[int, ...]
+    args: str
     plan: str  # artifact id of the plan that produced it
 
 
 @dataclass(frozen=True)
 class LedgerEntry:
-    """A committed side effect of a consequential tool."""
+    """A committed side effect of a consequential tool. args: canonical JSON text."""
 
     call_id: str
     tool: str
-    args: tuple[int, ...]
+    args: str
     turn: int
 
 
 @dataclass(frozen=True)
 class Config:
-    """θ and the scaffold's settings. seed=None with sampling=True breaks A1 on purpose."""
+    """The scaffold's settings. seed=None with sampling=True breaks A1 on purpose.
+
+    call_tokens: the most tokens a tool call's JSON arguments may take (a call cut off there is
+    invalid: it fails, deterministically). tools: tools declared besides `lookup` and `send`."""
 
     sampling: bool = False
     seed: int | None = 0
     summary_tokens: int = 4
-    plan_tokens: int = 2
+    call_tokens: int = 64
     n_keys: int = 4
     env: tuple[tuple[int, int], ...] = ((0, 11), (1, 22), (2, 33), (3, 44))
+    tools: tuple[Tool, ...] = ()
+
+    def to_json(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {**d, "env": [list(kv) for kv in self.env], "tools": [t.to_json() for t in self.tools]}
+
+    @staticmethod
+    def from_json(d: dict) -> "Config":
+        return Config(**{**d, "env": tuple(tuple(kv) for kv in d.get("env", Config.env)),
+                         "tools": tuple(Tool.from_json(t) for t in d.get("tools", ()))})
+
+    def tool(self, name: str) -> Tool:
+        for t in builtin_tools(self.n_keys) + self.tools:
+            if t.name == name:
+                return t
+        known = [t.name for t in builtin_tools(self.n_keys) + self.tools]
+        raise KeyError(f"tool {name!r} is not declared; this session's tools are {known}")
 
 
 @dataclass(frozen=True)
@@ -198,7 +223,12 @@ class State:
 
 def initial_state(config: Config = Config(), model=lm.REFERENCE) -> State:
     """R_init."""
-    return State(config=config, kv=model.empty(), env=tuple(sorted(config.env)))
+    return State(config=config, kv=model.empty(), env=env_items(dict(config.env)))
+
+
+def env_items(env: dict) -> tuple:
+    """The environment as a value: its items sorted by canonical key (keys may be ints or text)."""
+    return tuple(sorted(env.items(), key=lambda kv: canonical(kv[0])))
 
 
 class _Lookup:
@@ -293,18 +323,20 @@ class _Turn:
         self.prefilled += len(tokens)
         return aid
 
-    def decode(self, type_: str, n: int, salt: int) -> tuple[str, tuple[int, ...]]:
+    def decode(self, type_: str, n: int, salt: int, tool: Tool | None = None) -> tuple[str, tuple[int, ...]]:
         """The model's own tokens: a header prefill (the chat template's assistant turn),
-        then n tokens decoded one per forward."""
+        then n tokens decoded one per forward; for a tool call, at most n tokens of JSON
+        arguments under the tool's schema, the mask a function of the tokens before."""
         cfg = self.s.config
         draw = lm.draws(cfg.seed, self.turn, salt, n) if cfg.sampling else None
         start = len(self.tokens)
-        head = self.lm.header(type_)
+        head = self.lm.header(type_, None if tool is None else tool.name)
         self.kv = self.lm.prefill(self.kv, head, logits=True)
         hint = self.hints.pop(0) if self.hints else None
-        out, self.kv, decoded = self.lm.decode(self.kv, n, draw, hint, trust=self.trust)
+        constraint = None if tool is None else self.lm.grammar(tool)
+        out, self.kv, decoded = self.lm.decode(self.kv, n, draw, hint, trust=self.trust, constraint=constraint)
         self.outputs.append(out)
-        aid = self.artifact(type_, self.last_block(), span=(start, start + len(head) + n))
+        aid = self.artifact(type_, self.last_block(), span=(start, start + len(head) + len(out)))
         self.tokens.extend(head + out)
         self.blocks.append(Block(aid, "assistant", start, len(self.tokens), len(head)))
         self.prefilled += len(head)
@@ -322,7 +354,7 @@ class _Turn:
             kv=self.kv,
             blocks=tuple(self.blocks),
             memory=tuple(self.memory),
-            env=tuple(sorted(self.env.items())),
+            env=env_items(self.env),
             ledger=tuple(self.ledger),
             artifacts=tuple(self.artifacts),
             outputs=tuple(self.outputs),
@@ -377,11 +409,10 @@ def step(state: State, obs: Observation, meter: Meter | None = None, model: lm.L
 def commit_pending(b: _Turn, plan: tuple[ToolCall, ...]) -> None:
     """Execute the consequential calls planned last transition; each is a side effect."""
     for call in plan:
-        key, value = call.args[0] % b.s.config.n_keys, call.args[1]
-        b.env[key] = value
+        text = commit(b.s.config.tool(call.tool), json.loads(call.args), b.env)
         b.ledger.append(LedgerEntry(call.call_id, call.tool, call.args, b.turn))
         cid = b.artifact("tool_call", (call.plan,), committed=True)
-        b.prefill("tool_result", "tool", b.lm.encode("tool", f"{call.tool} key {key} value {value}"), (cid,))
+        b.prefill("tool_result", "tool", b.lm.encode("tool", text), (cid,))
 
 
 def observe(b: _Turn, kind: str, part: Part, field_id: str) -> None:
@@ -393,15 +424,18 @@ def observe(b: _Turn, kind: str, part: Part, field_id: str) -> None:
     b.prefill("block", kind, toks, (field_id,))
 
 
-def call_tool(b: _Turn, tool: str) -> tuple[ToolCall, ...]:
-    """Decode a plan; run a read-only tool now, or leave a consequential one pending."""
-    plan_id, args = b.decode("plan", b.s.config.plan_tokens, salt=1)
+def call_tool(b: _Turn, name: str) -> tuple[ToolCall, ...]:
+    """Decode the call's JSON arguments; run a read-only tool now, or leave a consequential one
+    pending. A call whose arguments were cut off at `call_tokens` fails here, with its error
+    prefilled as the tool's result."""
+    tool = b.s.config.tool(name)
+    plan_id, out = b.decode("plan", b.s.config.call_tokens, salt=1, tool=tool)
+    args = tool.arguments.validate(b.lm.json_text(out))
     call_id = f"call-t{b.turn}"
-    if tool in CONSEQUENTIAL_TOOLS:
-        return (ToolCall(call_id, tool, args, plan_id),)
-    key = args[0] % b.s.config.n_keys
+    if tool.consequential and args is not None:
+        return (ToolCall(call_id, tool.name, canonical(args), plan_id),)
     cid = b.artifact("tool_call", (plan_id,))
-    b.prefill("tool_result", "tool", b.lm.encode("tool", f"{tool} key {key} value {b.env.get(key, 0)}"), (cid,))
+    b.prefill("tool_result", "tool", b.lm.encode("tool", run_read_only(tool, args, b.env)), (cid,))
     return ()
 
 

@@ -38,6 +38,8 @@ Only the first two are acceptable for the real functions; only the third for a b
 
 from __future__ import annotations
 
+import json
+
 import collections
 import time
 from dataclasses import dataclass, replace
@@ -196,8 +198,9 @@ TOOL_NAMES = ("send", "post")
 
 
 def ledger(calls) -> tuple[LedgerEntry, ...]:
-    """Call k = (id, tool, argument) as a committed or counterfactual entry c{id}, TOOL_NAMES[tool], (argument,)."""
-    return tuple(LedgerEntry(f"c{i}", TOOL_NAMES[k], (a,), 1) for i, k, a in calls)
+    """Call k = (id, tool, argument) as a committed or counterfactual entry c{id}, TOOL_NAMES[tool], with
+    the JSON arguments [argument]."""
+    return tuple(LedgerEntry(f"c{i}", TOOL_NAMES[k], json.dumps([a]), 1) for i, k, a in calls)
 
 
 def tools_pre(world, effects) -> bool:
@@ -233,7 +236,8 @@ def broken_replay_tools(world, effects):
     under a committed id is taken as already fired, and nothing is listed for compensation."""
     committed = {e.call_id for e in world}
     return ([e.call_id for e in effects if e.call_id in committed],
-            [{"call_id": e.call_id, "tool": e.tool, "args": list(e.args), "committed": None, "reason": "not committed"}
+            [{"call_id": e.call_id, "tool": e.tool, "args": json.loads(e.args), "committed": None,
+              "reason": "not committed"}
              for e in effects if e.call_id not in committed])
 
 

@@ -18,6 +18,8 @@ on every small input, and the statement holds of every function with those facts
 
 from __future__ import annotations
 
+import json
+
 import itertools
 import time
 from dataclasses import dataclass, replace
@@ -343,7 +345,7 @@ def check_replay_tools() -> tuple[int, str | None]:
     from unsee.model.state import LedgerEntry
 
     universe = [LedgerEntry(cid, tool, args, 1) for cid in ("c1", "c2") for tool in ("send", "post")
-                for args in ((0, 1), (1, 1))]
+                for args in ("[0,1]", "[1,1]")]
     lists = [ls for k in range(3) for ls in itertools.permutations(universe, k)
              if len({e.call_id for e in ls}) == len(ls)]
     n = 0
@@ -353,8 +355,8 @@ def check_replay_tools() -> tuple[int, str | None]:
             n += 1
             want_dedup = [e.call_id for e in effects if (e.call_id, e.tool, e.args) in
                           {(w.call_id, w.tool, w.args) for w in world}]
-            want_list = [{"call_id": e.call_id, "tool": e.tool, "args": list(e.args),
-                          "committed": None if e.call_id not in by_id else list(by_id[e.call_id].args),
+            want_list = [{"call_id": e.call_id, "tool": e.tool, "args": json.loads(e.args),
+                          "committed": None if e.call_id not in by_id else json.loads(by_id[e.call_id].args),
                           "reason": "not committed" if e.call_id not in by_id else "arguments differ"}
                          for e in effects if e.call_id not in want_dedup]
             got, err = _call(replay_tools, tuple(world), tuple(effects))

@@ -23,6 +23,8 @@ runtime has forgotten so far):
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import replace
 
 from unsee.model.state import CONSEQUENTIAL_TOOLS, Observation
@@ -141,18 +143,30 @@ def compensation(committed, counterfactual_effects, c: int) -> list[dict]:
     out = []
     for cid in sorted(set(real) | set(twin)):
         r, w = real.get(cid), twin.get(cid)
-        if r is not None and w is not None and (r.tool, tuple(r.args)) == (w.tool, tuple(w.args)):
+        if r is not None and w is not None and _call(r) == _call(w):
             continue
         reason = ("not committed" if r is None else "counterfactual makes no such call" if w is None
                   else "arguments differ")
-        out.append({"call_id": cid, "tool": (w or r).tool, "args": None if w is None else list(w.args),
-                    "committed": None if r is None else list(r.args), "reason": reason})
+        out.append({"call_id": cid, "tool": (w or r).tool, "args": None if w is None else decoded(w.args),
+                    "committed": None if r is None else decoded(r.args), "reason": reason})
     return out
+
+
+def decoded(args):
+    """A call's arguments as a JSON value: JSON text is parsed, a sequence becomes a list."""
+    if isinstance(args, str):
+        return json.loads(args)
+    return list(args) if isinstance(args, tuple) else args
+
+
+def _call(e) -> tuple[str, str]:
+    """A call's identity: its tool and its arguments as canonical JSON text."""
+    return e.tool, json.dumps(decoded(e.args), sort_keys=True, separators=(",", ":"))
 
 
 def deduplicated(committed, counterfactual_effects, c: int) -> list[str]:
     """The calls after c the twin makes exactly as committed: recognised, never fired again."""
-    real = {e.call_id: (e.tool, tuple(e.args)) for e in committed if e.turn > c}
+    real = {e.call_id: _call(e) for e in committed if e.turn > c}
     return sorted(e.call_id for e in counterfactual_effects
-                  if e.turn > c and real.get(e.call_id) == (e.tool, tuple(e.args)))
+                  if e.turn > c and real.get(e.call_id) == _call(e))
 

@@ -110,8 +110,8 @@ BUGS: tuple[Bug, ...] = (
         'return obs.kind == "memory" or bool(state.plan)', "the events policy skips the checkpoint before a compaction"),
     Bug("compensation_reasons_swapped", S, '"reason": "not committed" if old is None else "arguments differ"',
         '"reason": "arguments differ" if old is None else "not committed"', "replay_tools swaps the two reasons"),
-    Bug("compensation_args_are_committed", S, '"args": list(e.args),\n',
-        '"args": list(e.args) if old is None else list(old.args),\n',
+    Bug("compensation_args_are_committed", S, '"args": arguments(e.args),\n',
+        '"args": arguments(e.args) if old is None else arguments(old.args),\n',
         "a compensation entry gives the committed arguments as the counterfactual ones"),
     Bug("forget_fires_changed_calls", S, "t = replace(t, world=s.world, forgotten=",
         "t = replace(t, world=s.world + tuple(e for e in t.state.ledger if e.turn > boundary and e not in s.world), "

@@ -6,6 +6,7 @@ from unsee.impl.experiments.audit import audit_episode, mcnemar_exact, tost
 from unsee.impl.engine.runtime import KVRuntime
 from unsee.impl.experiments.cases import memory_case
 from unsee.model import Config
+from unsee.model.tools import SHIP_GIFT
 
 LEAKY = ("B1", "B2", "B3", "B4", "B6", "B8")
 
@@ -13,7 +14,7 @@ LEAKY = ("B1", "B2", "B3", "B4", "B6", "B8")
 @pytest.fixture(scope="module")
 def audited():
     case = memory_case(1, kind="iban", reply=6)
-    live = KVRuntime("tiny-llama", Config(summary_tokens=6, plan_tokens=6))
+    live = KVRuntime("tiny-llama", Config(summary_tokens=6, tools=(SHIP_GIFT,)))
     for o in case.observations:
         live.step(o)
     return audit_episode(live, case, ["B0", *LEAKY, "B7", "B9", "span"], n_tokens=6)
@@ -129,7 +130,7 @@ def test_an_episode_without_a_valid_needle_has_no_leak_values(tmp_path):
 
     case = validate_needles(_with_clean_mention(memory_case(1, kind="iban", reply=6), memory_case(1, kind="iban").needles[0]))
     assert not case.valid
-    live = KVRuntime("tiny-llama", Config(summary_tokens=4, plan_tokens=4))
+    live = KVRuntime("tiny-llama", Config(summary_tokens=4, tools=(SHIP_GIFT,)))
     for o in case.observations:
         live.step(o)
     res = audit_episode(live, case, ["B0", "B7"], n_tokens=4)
@@ -246,7 +247,7 @@ def test_the_avoid_rate_skips_a_choice_one_token_cannot_tell():
     from unsee.impl.experiments.audit import avoid
     from unsee.impl.experiments.cases import provider_pair
 
-    live = KVRuntime("tiny-llama", Config())
+    live = KVRuntime("tiny-llama", Config(tools=(SHIP_GIFT,)))
     enc = live.model.template.encode_raw
     assert enc("SwiftFast")[0] == enc("StarParcel")[0]  # this tokenizer starts both with one token
     assert avoid(live, "Book one: SwiftFast or StarParcel?", "SwiftFast", "StarParcel") is None

@@ -15,6 +15,7 @@ from unsee.impl.experiments.audit import (LEAK_TEMPERATURE, audit_episode, conti
 from unsee.impl.experiments.baselines import apply
 from unsee.impl.experiments.cases import memory_case
 from unsee.model import Config
+from unsee.model.tools import SHIP_GIFT
 
 N = 6
 
@@ -22,7 +23,7 @@ N = 6
 @pytest.fixture(scope="module")
 def contaminated():
     case = memory_case(2, kind="address", reply=6)
-    live = KVRuntime("tiny-llama", Config(summary_tokens=6, plan_tokens=6))
+    live = KVRuntime("tiny-llama", Config(summary_tokens=6, tools=(SHIP_GIFT,)))
     for o in case.observations:
         live.step(o)
     return live, case

@@ -6,6 +6,8 @@ deterministic."""
 
 import hashlib
 
+import json
+
 import pytest
 import torch
 
@@ -15,6 +17,7 @@ from unsee.impl.engine.runtime import KVRuntime, make_runtime
 from unsee.impl.experiments.audit import generate, leaks
 from unsee.impl.experiments.baselines import memory_delete
 from unsee.model import Config, Observation, Part
+from unsee.model.tools import SHIP_GIFT
 from tests.kv_helpers import assert_b7_equals_b5
 
 
@@ -44,20 +47,33 @@ STORY = (
     Observation("memory", (Part("fact2", "The user's favourite colour is purple."),)),
     Observation("memory", (Part("fact", "The user's home address is 57 Harbour Road, Lisbon."),)),
     Observation("user", (Part("u0", "What is 12 times 12?"),), reply=16),
-    Observation("user", (Part("u1", "Please ship my new headphones to my home."),), reply=16, tool="send"),
+    Observation("user", (Part("u1", "Please ship my new headphones to my home."),), reply=16, tool="ship_gift"),
     Observation("user", (Part("u2", "Summarize what you know about me."),), reply=16, compact=True),
 )
 
 
-def test_it_recalls_a_memory_fact_into_answers_tool_calls_and_summaries_and_forgets_it_exactly():
-    """The street, city and colour are copied from context (the house number is not reliably:
-    see the model card's recall by kind); B7 removes every trace, B1's context keeps it."""
-    rt = KVRuntime(NAME, Config(summary_tokens=24, plan_tokens=16))
+def _story():
+    rt = KVRuntime(NAME, Config(summary_tokens=24, tools=(SHIP_GIFT,)))
     for o in STORY[:-1]:
         rt.step(o)
+    return rt
+
+
+@pytest.mark.xfail(strict=True, reason="the organism was trained on the tool-call text before calls carried JSON "
+                   "arguments (`Calling ship_gift(address=\"…`); it copies the address into a JSON call only once "
+                   "retrained on that format (strict: this fails the suite the day it passes)")
+def test_it_recalls_a_memory_fact_into_a_json_tool_call():
+    args = json.loads(_story().session.state.plan[0].args)
+    assert "Harbour Road, Lisbon" in args["address"], args
+
+
+def test_it_recalls_a_memory_fact_into_answers_and_summaries_and_forgets_it_exactly():
+    """The street, city and colour are copied from context (the house number is not reliably:
+    see the model card's recall by kind); B7 removes every trace, B1's context keeps it."""
+    rt = _story()
     tmpl = rt.model.template
-    args = tmpl.detokenize(rt.session.state.plan[0].args)
-    assert "Harbour Road, Lisbon" in args, args
+    (call,) = rt.session.state.plan
+    assert SHIP_GIFT.arguments.validate(call.args) is not None, call  # JSON under the tool's schema
     rt.step(STORY[-1])
     summary = tmpl.detokenize(rt.session.state.summary)
     assert "Harbour Road, Lisbon" in summary and "purple" in summary, summary

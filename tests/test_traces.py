@@ -115,7 +115,7 @@ def test_every_forget_of_varied_sessions_follows_the_spec(model):
     kinds, compacted, older = set(), 0, 0
     cases = [(6, 3, 5, "every", Config()),  # compaction in the suffix: the restore rebuilds
              (7, 5, 2, "every", Config(sampling=True, seed=3)),  # compaction before: the restore crops
-             (5, 4, None, "start", Config(plan_tokens=3))]  # only R_0 is checkpointed: c < τ−1
+             (5, 4, None, "start", Config())]  # only R_0 is checkpointed: c < τ−1
     for T, tau, compact_at, policy, cfg in cases:
         rt = run(model, random_episode(rng, T, tau, compact_at), policy, cfg)
         rt.forget(["z"])

@@ -132,6 +132,67 @@ class KVEngine:
         raise ExactnessError(f"no fixed point after {n + 1} prefills of a {n}-token reply: this backend "
                              "breaks row independence (see row_independence)")
 
+    def choose_under(self, logits: torch.Tensor, mask: torch.Tensor, draw=None) -> int:
+        """`choose` among the tokens a grammar allows (mask: bool [V]); the mask is part of the choice."""
+        return self.choose(logits.masked_fill(~mask.to(logits.device), float("-inf")), draw)
+
+    def decode_under(self, n: int, draws, matcher, end: int) -> list[int]:
+        """At most n tokens under `matcher`, from the current logits, stopping after `end`. Each
+        token but the last is fed back; the last one's row is the reply's prefill's to compute."""
+        out: list[int] = []
+        for i in range(n):
+            tok = self.choose_under(self.logits, matcher.mask(), None if draws is None else draws[i])
+            out.append(tok)
+            matcher.consume(tok)
+            self.tokens_decoded += 1
+            if tok == end or len(out) == n:
+                break
+            self._forward([tok], "decode")
+        return out
+
+    def fixed_point_under(self, n: int, draws, draft, grammar, exact_rows: bool = True
+                          ) -> tuple[tuple[int, ...], int, int]:
+        """`fixed_point` for a reply under a grammar (a tool call's JSON arguments): x_i is the
+        choice of row i−1 among the tokens the grammar allows after x_0..x_{i−1}, and the reply
+        ends with the grammar's end token or at n tokens. The mask depends only on the tokens
+        before i, so the reply is still fixed token by token; the check walks a matcher along the
+        draft. Returns (reply, tokens decoded, prefill passes)."""
+        if self.logits is None:
+            raise UnseeError("decode needs logits from a prefill first (prefill a header)")
+        start, head, end = len(self), self.logits, grammar.end
+        decoded = 0
+        if draft is None or not exact_rows or not 0 < len(draft) <= n:
+            draft = self.decode_under(n, draws, grammar.matcher(), end)
+            decoded += len(draft)
+            self.crop(start, fresh_storage=False)
+        draft = [int(t) for t in draft]
+        if not exact_rows:
+            self.prefill_logits(draft)
+            return tuple(draft), decoded, 1
+        for passes in range(1, n + 2):
+            t0 = time.perf_counter()
+            block = self.prefill_logits(draft)  # [len, V]: row i picks x_{i+1}
+            self.verify_seconds += time.perf_counter() - t0
+            m, k = grammar.matcher(), None
+            for i, tok in enumerate(draft):
+                row = head if i == 0 else block[i - 1]
+                if self.choose_under(row, m.mask(), None if draws is None else draws[i]) != tok:
+                    k = i
+                    break
+                m.consume(tok)
+            if k is None and len(draft) < n and draft[-1] != end:
+                k = len(draft)  # a draft that stops short: the row after it chooses what follows
+            if k is None:
+                return tuple(draft), decoded, passes
+            self.crop(start + k, fresh_storage=False)
+            self.logits = head if k == 0 else block[k - 1]
+            rest = self.decode_under(n - k, None if draws is None else draws[k:], m, end)
+            draft = draft[:k] + rest
+            decoded += len(rest)
+            self.crop(start, fresh_storage=False)
+        raise ExactnessError(f"no fixed point after {n + 1} prefills of a constrained reply: this backend "
+                             "breaks row independence (see row_independence)")
+
     @torch.inference_mode()
     def prefill_logits(self, ids) -> torch.Tensor:
         """One forward over a block, returning the logits at every position: [S, V]."""

@@ -79,8 +79,20 @@ class TorchLM:
     def encode(self, kind: str, text: str) -> tuple[int, ...]:
         return tuple(self.template.block(kind, text))
 
-    def header(self, purpose: str) -> tuple[int, ...]:
-        return tuple(self.template.header(purpose))
+    def header(self, purpose: str, tool: str | None = None) -> tuple[int, ...]:
+        return tuple(self.template.header(purpose, tool))
+
+    def grammar(self, tool):
+        """The constraint of a call to `tool`: its JSON schema over this model's vocabulary."""
+        from unsee.impl.engine.grammar import grammar
+
+        return grammar(self.template, tool, self.engine.model.get_output_embeddings().weight.shape[0])
+
+    def json_text(self, tokens) -> str:
+        """The text of a constrained reply (its end token dropped)."""
+        from unsee.impl.engine.grammar import json_text
+
+        return json_text(self.template, tokens)
 
     # -- the cache --------------------------------------------------------------------------
     def _live(self, kv: KVRef) -> None:
@@ -116,11 +128,17 @@ class TorchLM:
         self.ctx += tokens
         return self._ref()
 
-    def decode(self, kv: KVRef, n: int, draws, hint=None, trust: bool = False):
+    def decode(self, kv: KVRef, n: int, draws, hint=None, trust: bool = False, constraint=None):
         """F's reply (KVEngine.fixed_point), from the recorded `hint` as the draft when the
         backend keeps rows independent. Returns (reply, ref, tokens decoded one per forward).
-        `trust` prefills the hint unchecked: the bench's labelled oracle comparison, not exact."""
+        `trust` prefills the hint unchecked: the bench's labelled oracle comparison, not exact.
+        `constraint` (from `grammar`): at most n tokens under a tool's JSON schema."""
         self._live(kv)
+        if constraint is not None:
+            out, decoded, passes = self.engine.fixed_point_under(n, draws, hint, constraint, exact_rows=self.drafts_ok)
+            self.passes += passes
+            self.ctx += list(out)
+            return out, self._ref(), decoded
         if trust and hint is not None and len(hint) == n:
             rec = tuple(int(t) for t in hint)
             self.engine.prefill(rec)

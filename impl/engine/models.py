@@ -32,7 +32,7 @@ ORGANISMS = {name: Path(__file__).resolve().parent.parent / "organism" / "weight
 ROLES = {"system": "system", "user": "user", "memory": "system", "tool": "user"}
 PREFIX = {"memory": "Memory: ", "tool": "Tool result: "}
 # What the scaffold prefills before the model writes a tool call or a memory write-back.
-HEADERS = {"reply": "", "plan": 'Calling ship_gift(address="', "summary": "Facts to remember about the user:"}
+HEADERS = {"reply": "", "plan": '<tool_call>\n{{"name": "{tool}", "arguments": ', "summary": "Facts to remember about the user:"}
 
 
 class UnknownModel(UnseeError, ValueError):
@@ -76,9 +76,10 @@ class WordTemplate:
         s = self.SPECIAL
         return [s["im_start"], s[ROLES[kind]]] + [self.word(w) for w in (PREFIX.get(kind, "") + text).split()] + [s["im_end"]]
 
-    def header(self, purpose: str):
+    def header(self, purpose: str, tool: str | None = None):
         s = self.SPECIAL
-        return [s["im_start"], s["assistant"]] + ([s[purpose]] if purpose in s else [])
+        return [s["im_start"], s["assistant"]] + ([s[purpose]] if purpose in s else []) + \
+            ([self.word(tool)] if tool else [])
 
     def detokenize(self, ids) -> str:
         """Inverse of encode_raw for every id this template produced (others print as w<id>)."""
@@ -101,8 +102,8 @@ class ChatMLTemplate:
     def block(self, kind: str, text: str):
         return self._ids(f"<|im_start|>{ROLES[kind]}\n{PREFIX.get(kind, '')}{text}<|im_end|>\n")
 
-    def header(self, purpose: str):
-        return self._ids(f"<|im_start|>assistant\n{HEADERS.get(purpose, '')}")
+    def header(self, purpose: str, tool: str | None = None):
+        return self._ids(f"<|im_start|>assistant\n{HEADERS.get(purpose, '').format(tool=tool)}")
 
     def detokenize(self, ids) -> str:
         return self.tok.decode(list(ids), skip_special_tokens=False)

@@ -41,6 +41,7 @@ import torch
 from unsee.impl.experiments.baselines import IFC, apply, tainted_plan
 from unsee.impl.experiments.cases import Case, normalize, validate_needles
 from unsee.model.state import Observation, Part
+from unsee.model.tools import SHIP_GIFT
 
 PROBES = {
     "task": "Please finish the task we were working on.",
@@ -152,13 +153,13 @@ def continue_task(rt, n: int, sources, hints=None, drafts: list | None = None):
     drafts: None, or a list this call appends its two transitions' replies to."""
     hints = hints or ((), ())
     branch = rt.branch()
-    branch.step(Observation("user", (Part("audit-task", CONTINUATION),), reply=n, tool="send"), hints=hints[0])
+    branch.step(Observation("user", (Part("audit-task", CONTINUATION),), reply=n, tool="ship_gift"), hints=hints[0])
     if drafts is not None:
         drafts.append(branch.session.state.outputs)
     st, tmpl = branch.session.state, branch.model.template
     spans = [a.token_span for a in st.artifacts if a.turn == st.turn and a.type == "reply"]
     answer = " ".join(tmpl.detokenize(st.tokens[i:j]) for i, j in spans)
-    args = " | ".join(tmpl.detokenize(c.args) for c in st.plan)
+    args = " | ".join(c.args for c in st.plan)
     plans = [c.args for c in st.plan]
     tainted = tainted_plan(branch, sources)
     branch.step(Observation("user", (Part("audit-notes", NOTES),), compact=True), hints=hints[1])
@@ -174,7 +175,7 @@ def sink_policy(method: str, cont):
     tool arguments derived from the target."""
     answer, args, writeback, plans, tainted = cont
     if method in IFC and tainted:
-        args, plans = "[blocked by the sink policy]", [()]
+        args, plans = "[blocked by the sink policy]", [""]
     return answer, args, writeback, plans
 
 
@@ -396,7 +397,7 @@ def audit_runtime(model: str, n_tokens: int, attn: str = "eager"):
     from unsee.impl.engine.runtime import KVRuntime
     from unsee.model.state import Config
 
-    return KVRuntime(model, Config(summary_tokens=n_tokens, plan_tokens=min(16, n_tokens)), attn=attn)
+    return KVRuntime(model, Config(summary_tokens=n_tokens, tools=(SHIP_GIFT,)), attn=attn)
 
 
 def run_episode(model: str, case: Case, choice, methods, n_tokens: int, seed: int, batch: bool = True,

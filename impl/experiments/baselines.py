@@ -50,12 +50,14 @@ def sanitized_rebuild(rt, texts) -> None:
     s, lm = rt.session, rt.model
     tmpl = lm.template
 
-    def redact(ids):
-        text = tmpl.detokenize(ids)
+    def scrub(text: str) -> str:
         for t in texts:
             for v in variants(t):
                 text = text.replace(v, "")
-        return tuple(tmpl.encode_raw(text))
+        return text
+
+    def redact(ids):
+        return tuple(tmpl.encode_raw(scrub(tmpl.detokenize(ids))))
 
     st = s.state
     tokens, blocks = [], []
@@ -68,7 +70,7 @@ def sanitized_rebuild(rt, texts) -> None:
     st2 = replace(st, tokens=tuple(tokens), blocks=tuple(blocks), kv=kv,
                   memory=tuple((a, redact(t)) for a, t in st.memory),
                   summary=None if st.summary is None else redact(st.summary),
-                  plan=tuple(replace(c, args=redact(c.args)) for c in st.plan))
+                  plan=tuple(replace(c, args=scrub(c.args)) for c in st.plan))
     rt.session = replace(s, states=s.states[:-1] + (st2,))
 
 

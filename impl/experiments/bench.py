@@ -333,7 +333,7 @@ def fit(xs, ys) -> dict:
 def live_session(model: str, obs, reply: int):
     from unsee.impl.engine.runtime import KVRuntime
 
-    live = KVRuntime(model, Config(plan_tokens=min(8, reply), summary_tokens=reply))
+    live = KVRuntime(model, Config(summary_tokens=reply))
     for o in obs:
         live.step(o)
     return live

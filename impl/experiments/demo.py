@@ -15,6 +15,7 @@ from unsee.impl.experiments.audit import divergence
 from unsee.impl.experiments.baselines import memory_delete
 from unsee.impl.engine.exact import PROBES, compare
 from unsee.model.state import Config, Observation, Part
+from unsee.model.tools import SHIP_GIFT
 
 TARGET = "addr"
 NEEDLES = ("Wallaby", "42")
@@ -26,13 +27,13 @@ EPISODE = (
                                       "hiking guide 18 EUR."),), reply=16),
     Observation("user", (Part("u3", "The vintage map sounds perfect. Add it to the cart."),), reply=16),
     Observation("memory", (Part(TARGET, "The user's home address is 42 Wallaby Way, Sydney."),)),
-    Observation("user", (Part("u4", "Please ship the gift to my home address."),), reply=16, tool="send"),
+    Observation("user", (Part("u4", "Please ship the gift to my home address."),), reply=16, tool="ship_gift"),
     Observation("tool", (Part("order", "Order 1182 created. Delivery in 3 days."),), reply=8),
     Observation("user", (Part("u5", "Great. Please summarize this conversation."),), reply=8, compact=True),
     Observation("user", (Part("u6", "Thanks, that is all for today."),), reply=8),
 )
 TAU = 1 + next(i for i, o in enumerate(EPISODE) if TARGET in o.sources)  # the address enters here
-CONFIG = Config(summary_tokens=24, plan_tokens=16)
+CONFIG = Config(summary_tokens=24, tools=(SHIP_GIFT,))
 
 
 def layers_text(rt) -> dict[str, str]:
@@ -43,8 +44,8 @@ def layers_text(rt) -> dict[str, str]:
         "context (KV)": tmpl.detokenize(s.tokens),
         "memory": " | ".join(tmpl.detokenize(t) for _, t in s.memory),
         "summary": tmpl.detokenize(s.summary or ()),
-        "tool calls (ledger)": " | ".join(tmpl.detokenize(e.args) for e in s.ledger),
-        "pending plan": " | ".join(tmpl.detokenize(c.args) for c in s.plan),
+        "tool calls (ledger)": " | ".join(f"{e.tool}({e.args})" for e in s.ledger),
+        "pending plan": " | ".join(f"{c.tool}({c.args})" for c in s.plan),
     }
 
 
@@ -102,8 +103,8 @@ def run_demo(model: str = "smollm2", console: Console | None = None) -> dict:
         t3.add_row(k, str(r[k]), str(f[k]))
     con.print(t3)
     for c in r["compensation"]:
-        con.print(f"[yellow]side effect {c['call_id']} ({c['tool']}) was committed with the address; "
-                  f"the counterfactual agent would not make it as is ({c['reason']}): compensate it.[/yellow]")
+        con.print(f"[yellow]side effect {c['call_id']}: {c['tool']}({c['committed']}) was committed; the "
+                  f"counterfactual agent makes {c['tool']}({c['args']}) instead ({c['reason']}): compensate it.[/yellow]")
     con.print(f"B7 took {r['seconds']:.2f}s against B5's {f['seconds']:.2f}s "
               f"({f['seconds'] / max(r['seconds'], 1e-9):.1f}× faster): it brought R_{r['checkpoint']} back by "
               f"reading {r['tokens_restored']} context tokens' K/V pages (no compute; the compaction at t="

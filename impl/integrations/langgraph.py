@@ -736,7 +736,7 @@ class LangGraphRuntime:
         self.conn = sqlite3.connect(path, check_same_thread=False)
         self.saver = SqliteSaver(self.conn)
         self.llm = UnseeChatModel.from_model(model, dtype=dtype, device=device, sampling=config.sampling,
-                                             seed=config.seed, plan_tokens=config.plan_tokens,
+                                             seed=config.seed,
                                              summary_tokens=config.summary_tokens, n_keys=config.n_keys)
         self.agent = build_agent(self.llm, self.saver, {str(k): v for k, v in config.env})
         self.fork_offset = fork_offset

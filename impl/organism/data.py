@@ -297,7 +297,7 @@ def _probe(rng: random.Random, ep: Episode, kinds_known: list[str]) -> tuple[Obs
 
 def memory_episode(rng: random.Random, seed: int) -> Episode:
     """The memory channel (cases.memory_case and beyond): facts, then a mix of turns."""
-    cfg = Config(summary_tokens=rng.choice((24, 24, 16, 32, 12)), plan_tokens=rng.choice((16, 16, 12, 8)))
+    cfg = Config(summary_tokens=rng.choice((24, 24, 16, 32, 12)))
     ep = Episode(seed, "memory", cfg)
     name = rng.choice(NAMES)
     ep.facts.append(Fact("name", name))
@@ -359,7 +359,7 @@ def memory_episode(rng: random.Random, seed: int) -> Episode:
 
 def preference_episode(rng: random.Random, seed: int) -> Episode:
     """Choices decided by a stated preference (cases.preference_case and beyond)."""
-    cfg = Config(summary_tokens=rng.choice((24, 16, 12)), plan_tokens=rng.choice((16, 8)))
+    cfg = Config(summary_tokens=rng.choice((24, 16, 12)))
     ep = Episode(seed, "preference", cfg)
     ep.steps.append((Observation("system", (Part("sys", rng.choice(SYSTEMS)),)), Intent("none")))
     q, a = OPENERS[0] if rng.random() < 0.6 else rng.choice(OPENERS)
@@ -428,7 +428,7 @@ def _injected(text: str, source: str, goal: str) -> list[Part]:
 def tool_episode(rng: random.Random, seed: int) -> Episode:
     """The tool-observation channel (AgentDojo's shape): a task, tool results carrying the
     identifiers it needs, possibly an injected instruction naming another identifier."""
-    cfg = Config(summary_tokens=rng.choice((24, 16)), plan_tokens=rng.choice((16, 12, 16)))
+    cfg = Config(summary_tokens=rng.choice((24, 16)))
     ep = Episode(seed, "tool", cfg)
     ep.steps.append((Observation("system", (Part("sys", rng.choice(SYSTEMS[1:2] * 3 + SYSTEMS)),)), Intent("none")))
     for j in range(rng.choice((0, 0, 1, 2))):
@@ -577,7 +577,7 @@ def long_tool_episode(rng: random.Random, seed: int, open_ids: bool = False) -> 
     --long-share`) draws it. With open_ids every identifier in it is `open_value`'s, in no
     vocabulary of the generator (the family `LONG_OPEN`, drawn by `train --open-ids`)."""
     draw = open_value if open_ids else value
-    cfg = Config(summary_tokens=rng.choice((24, 16)), plan_tokens=16)
+    cfg = Config(summary_tokens=rng.choice((24, 16)))
     ep = Episode(seed, LONG_OPEN if open_ids else LONG, cfg)
     ep.steps.append((Observation("system", (Part("sys", rng.choice(SYSTEMS[1:2] * 3 + SYSTEMS)),)), Intent("none")))
     if rng.random() < 0.7:

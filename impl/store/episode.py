@@ -1,8 +1,15 @@
 """Episode files: one JSON object per line, one observation per line (T = number of lines).
 
     {"kind": "system"|"user"|"memory"|"tool", "source": "<id>", "text": "...",
-     "reply": <max new tokens, optional>, "tool": "lookup"|"send" (optional),
+     "reply": <max new tokens, optional>, "tool": "<tool name>" (optional),
      "compact": true|false (optional)}
+
+"tool" asks the agent to call a tool: `lookup` and `send` always exist; a line
+
+    {"tools": [{"name": "ship_gift", "description": "...", "consequential": true,
+                "parameters": {"type": "object", "properties": {"address": {"type": "string"}}}}]}
+
+(not an observation) declares more, each with the JSON schema its arguments are decoded under.
 
 A line may give "parts": [{"source", "text"[, "instead_of"]}, ...] instead of source and
 text, for an observation that mixes sources (a tool result with an injected span).
@@ -16,7 +23,9 @@ import json
 from pathlib import Path
 
 from unsee.model.session import UnseeError
-from unsee.model.state import KINDS, TOOLS, Observation, Part
+from unsee.model.grammar import SchemaError
+from unsee.model.state import KINDS, Observation, Part
+from unsee.model.tools import BUILTIN, Tool
 
 KEYS = {"kind", "source", "text", "parts", "reply", "tool", "compact"}
 
@@ -25,13 +34,7 @@ class EpisodeError(UnseeError, ValueError):
     pass
 
 
-def parse_line(n: int, line: str, default_reply: int) -> Observation:
-    try:
-        d = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise EpisodeError(f"line {n}: not JSON ({e.msg} at column {e.colno})") from None
-    if not isinstance(d, dict):
-        raise EpisodeError(f"line {n}: expected a JSON object, got {type(d).__name__}")
+def parse_line(n: int, d: dict, default_reply: int, tools=BUILTIN) -> Observation:
     extra = set(d) - KEYS
     if extra:
         raise EpisodeError(f"line {n}: unknown field(s) {sorted(extra)}; allowed: {sorted(KEYS)}")
@@ -59,25 +62,57 @@ def parse_line(n: int, line: str, default_reply: int) -> Observation:
     if not isinstance(reply, int) or isinstance(reply, bool) or reply < 0:
         raise EpisodeError(f"line {n}: reply must be a non-negative integer (tokens), got {reply!r}")
     tool = d.get("tool")
-    if tool is not None and tool not in TOOLS:
-        raise EpisodeError(f"line {n}: tool must be one of {list(TOOLS)}, got {tool!r}")
+    if tool is not None and tool not in tools:
+        raise EpisodeError(f"line {n}: tool must be one of {sorted(tools)} (declare others on a tools line), "
+                           f"got {tool!r}")
     compact = d.get("compact", False)
     if not isinstance(compact, bool):
         raise EpisodeError(f"line {n}: compact must be true or false, got {compact!r}")
     return Observation(d["kind"], tuple(parts), reply, tool, compact)
 
 
-def parse_episode(path: Path, default_reply: int = 8) -> list[Observation]:
+def _json(n: int, line: str) -> dict:
+    try:
+        d = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise EpisodeError(f"line {n}: not JSON ({e.msg} at column {e.colno})") from None
+    if not isinstance(d, dict):
+        raise EpisodeError(f"line {n}: expected a JSON object, got {type(d).__name__}")
+    return d
+
+
+def _tools(n: int, d: dict) -> tuple[Tool, ...]:
+    if set(d) != {"tools"} or not isinstance(d["tools"], list):
+        raise EpisodeError(f"line {n}: a tools line is {{\"tools\": [...]}} and nothing else")
+    out = []
+    for t in d["tools"]:
+        try:
+            tool = Tool.from_json(t)
+        except SchemaError as e:
+            raise EpisodeError(f"line {n}: tool {t.get('name') if isinstance(t, dict) else t!r}: {e}") from None
+        if tool.name in BUILTIN:
+            raise EpisodeError(f"line {n}: {tool.name!r} is built in; give the tool another name")
+        out.append(tool)
+    return tuple(out)
+
+
+def parse_episode(path: Path, default_reply: int = 8) -> tuple[list[Observation], tuple[Tool, ...]]:
+    """The observations of an episode file and the tools it declares."""
     if not path.exists():
         raise EpisodeError(f"episode file {path} does not exist")
-    lines = path.read_text().splitlines()
-    if not lines:
+    rows = [(n, _json(n, line)) for n, line in enumerate(path.read_text().splitlines(), 1)]
+    tools = tuple(t for n, d in rows if "tools" in d for t in _tools(n, d))
+    names = set(BUILTIN) | {t.name for t in tools}
+    if len(names) != len(BUILTIN) + len(tools):
+        raise EpisodeError(f"{path}: a tool is declared twice")
+    obs = [parse_line(n, d, default_reply, names) for n, d in rows if "tools" not in d]
+    if not obs:
         raise EpisodeError(f"{path} is empty: an episode needs at least one observation")
-    return [parse_line(n, line, default_reply) for n, line in enumerate(lines, 1)]
+    return obs, tools
 
 
-def write_episode(path: Path, observations) -> None:
-    rows = []
+def write_episode(path: Path, observations, tools=()) -> None:
+    rows = [json.dumps({"tools": [t.to_json() for t in tools]})] if tools else []
     for o in observations:
         d = {"kind": o.kind}
         if len(o.parts) == 1 and o.parts[0].instead_of is None:

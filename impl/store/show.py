@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from unsee.model.session import arguments
+
 
 def decoder_for(store):
     """token ids → text, with the stored model's own template (the reference has no text)."""
@@ -39,9 +41,9 @@ def turn_view(t: int, o, prev, r, decode) -> dict:
         "replies": [decode(x) for x in r.outputs],
         "memory": [{"artifact": aid, "text": decode(toks)} for aid, toks in r.memory if aid in ids],
         "summary": decode(r.summary) if r.summary is not None and r.summary != prev.summary else None,
-        "pending_calls": [{"call_id": c.call_id, "tool": c.tool, "args": decode(c.args)} for c in r.plan
+        "pending_calls": [{"call_id": c.call_id, "tool": c.tool, "args": arguments(c.args)} for c in r.plan
                           if c not in prev.plan],
-        "committed": [{"call_id": e.call_id, "tool": e.tool, "args": decode(e.args)}
+        "committed": [{"call_id": e.call_id, "tool": e.tool, "args": arguments(e.args)}
                       for e in r.ledger[len(prev.ledger):]],
         "artifacts": [{"id": a.id, "type": a.type, "sources": sorted(a.source_ids), "parents": list(a.parents)}
                       for a in made],
@@ -61,7 +63,7 @@ def session_view(store, decode=None) -> dict:
     s = store.load(None)
     decode = decode or decoder_for(store)
     turns = [turn_view(t, o, s.states[t - 1], s.states[t], decode) for t, o in enumerate(s.observations, 1)]
-    world = [{"call_id": e.call_id, "tool": e.tool, "args": decode(e.args), "turn": e.turn} for e in s.world]
+    world = [{"call_id": e.call_id, "tool": e.tool, "args": arguments(e.args), "turn": e.turn} for e in s.world]
     receipts = [{k: r.get(k) for k in ("method", "sources", "tau", "T", "checkpoint", "transitions",
                                        "compensation", "pages_recomputed")} for r in store.receipts()]
     return {"model": store.meta("model"), "policy": s.policy, "T": s.T,

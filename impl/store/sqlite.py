@@ -36,15 +36,15 @@ import sqlite3
 import time
 from contextlib import contextmanager
 from collections.abc import Sequence
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 from unsee.impl.engine.pages import ITEMSIZE, from_bytes, to_bytes
 from unsee.model.session import Checkpoint, Session, UnseeError
 from unsee.model.state import (Artifact, Block, Config, LedgerEntry, Observation, State, ToolCall, artifact_delta,
-                               graph_digest, inherited_sources, provenance)
+                               inherited_sources, provenance)
 
-FORMAT = 3  # 1: every R_t stored whole (quadratic); 2: per-transition deltas and K/V pages; 3: 2 + digests
+FORMAT = 4  # 1: every R_t stored whole; 2: per-transition deltas and K/V pages; 3: 2 + digests; 4: JSON tool calls
 MAGIC = b"SQLite format 3\x00"
 
 SCHEMA = """
@@ -207,15 +207,15 @@ _APPEND = {
     "tokens": (lambda s: s.tokens, lambda x: x, lambda x: x),
     "blocks": (lambda s: s.blocks, lambda b: [b.artifact, b.kind, b.start, b.end, b.prefill], lambda b: Block(*b)),
     "memory": (lambda s: s.memory, lambda m: [m[0], list(m[1])], lambda m: (m[0], tuple(m[1]))),
-    "ledger": (lambda s: s.ledger, lambda e: [e.call_id, e.tool, list(e.args), e.turn],
-               lambda e: LedgerEntry(e[0], e[1], tuple(e[2]), e[3])),
+    "ledger": (lambda s: s.ledger, lambda e: [e.call_id, e.tool, e.args, e.turn],
+               lambda e: LedgerEntry(*e)),
 }
 # Small layers stored whole, and only when they changed.
 _WHOLE = {
     "summary": (lambda s: s.summary, lambda v: None if v is None else list(v),
                 lambda v: None if v is None else tuple(v)),
-    "plan": (lambda s: s.plan, lambda v: [[c.call_id, c.tool, list(c.args), c.plan] for c in v],
-             lambda v: tuple(ToolCall(c[0], c[1], tuple(c[2]), c[3]) for c in v)),
+    "plan": (lambda s: s.plan, lambda v: [[c.call_id, c.tool, c.args, c.plan] for c in v],
+             lambda v: tuple(ToolCall(*c) for c in v)),
     "env": (lambda s: s.env, lambda v: [list(kv) for kv in v], lambda v: tuple(tuple(kv) for kv in v)),
     # the replies this transition decoded: a later forget hands them to the replay as drafts
     "outputs": (lambda s: s.outputs, lambda v: [list(o) for o in v], lambda v: tuple(tuple(o) for o in v)),
@@ -359,19 +359,6 @@ class StoredCheckpoint(Checkpoint):
         return f"Checkpoint(boundary={self.boundary}, cache_handle={self.cache_handle!r}, stored)"
 
 
-def _state_from_v1(d: dict, config: Config) -> State:
-    """A state stored whole by format 1 (read only to migrate)."""
-    return State(
-        config=config, turn=d["turn"], tokens=tuple(d["tokens"]), kv=None,
-        blocks=tuple(Block(*b) for b in d["blocks"]),
-        memory=tuple((m[0], tuple(m[1])) for m in d["memory"]),
-        summary=None if d["summary"] is None else tuple(d["summary"]),
-        plan=tuple(ToolCall(c[0], c[1], tuple(c[2]), c[3]) for c in d["plan"]),
-        env=tuple(tuple(kv) for kv in d["env"]),
-        ledger=tuple(LedgerEntry(e[0], e[1], tuple(e[2]), e[3]) for e in d["ledger"]),
-    )
-
-
 def _sources_json(a: Artifact, artifacts_of) -> str:
     """source_ids relative to the parents' (oracle propagation makes them the parents' union,
     which grows with the session): what it adds and what it drops. `artifacts_of`: id → artifact."""
@@ -463,7 +450,6 @@ class Store:
         self.path = Path(path)
         self.failpoint = os.environ.get("UNSEE_FAILPOINT")
         self.recovered: str | None = None
-        self.migrated: str | None = None
         self.damaged_pages: list[tuple[str, int]] = []  # (key, born) of pages that failed their digest
         self.integrity_seconds = 0.0  # spent verifying and sealing digests (the cost of trusting nothing)
         if create:
@@ -498,19 +484,11 @@ class Store:
             raise StoreError(f"{self.path} is not a readable unsee store ({e}); restore it from a backup") from e
         if int(fmt) > FORMAT:
             raise StoreError(f"{self.path} was written by a newer unsee (store format {fmt} > {FORMAT}); upgrade unsee")
-        if fmt in ("1", "2"):
-            self.db.executescript(SCHEMA)  # the tables a later format added
-        if fmt == "1":
-            self._migrate_v1()
-            self.migrated = "format 1 → 2 (each R_t whole → per-transition deltas)"
-            fmt = "2"
-        if fmt == "2":
-            self._migrate_v2()
-            self.migrated = ((self.migrated + "; ") if self.migrated else "") + (
-                "format 2 → 3: integrity digests computed over the rows as found (an older unsee kept none, "
-                "so these rows could not be verified); K/V pages dropped (forgets re-materialize the prefix)")
-        if self.migrated:
-            self.db.executescript(INDEXES)
+        if int(fmt) < FORMAT:
+            raise StoreError(
+                f"{self.path} is a store of format {fmt}, written before tool calls carried JSON arguments "
+                f"(format {FORMAT}); its recorded transitions are not the ones this unsee's F makes, so it "
+                "cannot be migrated. Re-run its episode into a new store: unsee run EPISODE --db NEW.db")
         if self.meta("pending_forget") is not None:
             self._recover()
 
@@ -735,7 +713,7 @@ class Store:
                 db.execute("DELETE FROM world")
             self._point("clear")
             meta = {"format": str(FORMAT), "model": model, "policy": s.policy,
-                    "config": json.dumps(asdict(s.config)), "digests": json.dumps(digests),
+                    "config": json.dumps(s.config.to_json()), "digests": json.dumps(digests),
                     "forgotten": json.dumps(sorted(set(json.loads(self.meta("forgotten", "[]")))
                                                    | {self.target_digest(x) for x in s.forgotten})),
                     "chain_head": hashes[-1] if hashes else head, "identity": json.dumps(identity, sort_keys=True),
@@ -776,7 +754,7 @@ class Store:
                            [(k, json.dumps(v)) for k, v in dict(s.snapshots).items() if k in used - stored])
             self._point("snapshots")
             db.executemany("INSERT INTO world VALUES (?, ?, ?, ?)",
-                           [(e.call_id, e.tool, json.dumps(list(e.args)), e.turn) for e in s.world])
+                           [(e.call_id, e.tool, e.args, e.turn) for e in s.world])
             self._point("world")
             if pages is not None:
                 db.executemany("INSERT OR IGNORE INTO pages VALUES (?, ?, ?, ?)", pages[1])
@@ -927,8 +905,7 @@ class Store:
 
     def _load(self, model_lm) -> Session:
         db = self.db
-        config = Config(**{k: (tuple(tuple(x) for x in v) if k == "env" else v)
-                           for k, v in json.loads(self.meta("config")).items()})
+        config = Config.from_json(json.loads(self.meta("config")))
         parents: dict[str, list] = {}
         for p, c in db.execute("SELECT parent, child FROM edges ORDER BY child, ord"):
             parents.setdefault(c, []).append(p)
@@ -975,83 +952,10 @@ class Store:
             if cp.env_snapshot not in known:
                 raise StoreError(f"{self.path}: checkpoint {cp.boundary} names environment snapshot "
                                  f"{cp.env_snapshot!r}, which the store does not hold; restore it from a backup")
-        world = tuple(LedgerEntry(c, t, tuple(json.loads(a)), turn) for c, t, a, turn in
+        world = tuple(LedgerEntry(c, t, a, turn) for c, t, a, turn in
                       db.execute("SELECT call_id, tool, args, turn FROM world ORDER BY turn, call_id"))
         # forgotten sources are kept only as salted digests (see is_forgotten)
         return Session(config, self.meta("policy"), obs, states, cps, snaps, world, frozenset(), lm=model_lm)
-
-    def _migrate_v1(self) -> None:
-        """Format 1 → 2 in place, in one transaction: every R_t stored whole becomes a delta."""
-        db = self.db
-        config = Config(**{k: (tuple(tuple(x) for x in v) if k == "env" else v)
-                           for k, v in json.loads(self.meta("config")).items()})
-        states = [_state_from_v1(json.loads(b), config) for (b,) in db.execute("SELECT body FROM states ORDER BY t")]
-        turns = dict(db.execute("SELECT id, turn FROM artifacts"))
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            db.execute("ALTER TABLE edges ADD COLUMN turn INTEGER")
-            db.executemany("UPDATE edges SET turn = ? WHERE child = ?", [(t, a) for a, t in turns.items()])
-            arts = {}
-            rel = []
-            for aid, src in db.execute("SELECT id, source_ids FROM artifacts ORDER BY ord").fetchall():
-                ps = [p for (p,) in db.execute("SELECT parent FROM edges WHERE child = ? ORDER BY ord", (aid,))]
-                a = Artifact(aid, "", tuple(ps), frozenset(json.loads(src)), None, 0)
-                arts[aid] = a
-                rel.append((_sources_json(a, arts), aid))
-            db.executemany("UPDATE artifacts SET source_ids = ? WHERE id = ?", rel)
-            db.execute("DELETE FROM deltas")
-            db.executemany("INSERT INTO deltas VALUES (?, ?)",
-                           [(t, _delta_json(states[t - 1] if t else None, r)) for t, r in enumerate(states)])
-            bodies = [(b, json.loads(body)) for b, body in db.execute("SELECT boundary, body FROM checkpoints")]
-            for b, d in bodies:
-                r = states[b]
-                if tuple(d["manifest"]) != tuple(x.artifact for x in r.blocks) or d["token_offset"] != len(r.tokens):
-                    raise StoreError(f"{self.path}: checkpoint {b} does not describe R_{b}; the store is corrupt")
-            db.executemany("UPDATE checkpoints SET body = ? WHERE boundary = ?",
-                           [(json.dumps({k: d[k] for k in ("boundary", "cache_handle", "env_snapshot")}), b)
-                            for b, d in bodies])
-            db.execute("DROP TABLE states")
-            db.execute("INSERT OR REPLACE INTO meta VALUES ('format', ?)", (str(FORMAT),))
-            # the graph digest became linear in format 2 (source ids relative to the parents'):
-            # re-state it for the stored state and its last receipt, saying so in the receipt
-            graph = graph_digest(self.load(None, verify=False).state.artifacts)
-            digests = {**json.loads(self.meta("digests")), "graph": graph}
-            db.execute("INSERT OR REPLACE INTO meta VALUES ('digests', ?)", (json.dumps(digests),))
-            last = db.execute("SELECT n, body FROM receipts ORDER BY n DESC LIMIT 1").fetchone()
-            if last is not None:
-                body = json.loads(last[1])
-                body["digests"] = {**body.get("digests", {}), "graph": graph}
-                body["migrated"] = "format 1 → 2: graph digest re-stated"
-                db.execute("UPDATE receipts SET body = ? WHERE n = ?", (json.dumps(body), last[0]))
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("VACUUM")
-
-    def _migrate_v2(self) -> None:
-        """Format 2 → 3 in place, in one transaction: page digests, turn digests, a salt and the
-        root, computed over the rows as they are (format 2 kept no digest to check them against)."""
-        db = self.db
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            db.execute("CREATE TABLE IF NOT EXISTS turns (t INTEGER PRIMARY KEY, rows TEXT NOT NULL, "
-                       "digest TEXT NOT NULL)")
-            # K/V pages carried no digest, and the model's identity was not recorded: they are dropped
-            # (a forget re-materializes the prefix it needs from the log instead)
-            db.execute("DROP TABLE IF EXISTS pages")
-            db.execute("CREATE TABLE pages (key TEXT PRIMARY KEY, born INTEGER NOT NULL, data BLOB NOT NULL, "
-                       "digest TEXT NOT NULL)")
-            if self.meta("salt") is None:
-                db.execute("INSERT INTO meta VALUES ('salt', ?)", (secrets.token_hex(16),))
-            db.execute("INSERT OR REPLACE INTO meta VALUES ('format', ?)", (str(FORMAT),))
-            if self.has_session():
-                self._seal(0)
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
 
     def is_forgotten(self, source: str) -> bool:
         return self.meta("salt") is not None and self.target_digest(source) in json.loads(self.meta("forgotten", "[]"))
