@@ -498,14 +498,16 @@ def show(db: Path = typer.Option(..., help="The session store."),
         out.print(f"[bold]t={t['t']}[/bold] {t['kind']}: {parts}", soft_wrap=True)
         for r in t["replies"]:
             out.print(f"    [magenta]reply[/magenta] {r}", soft_wrap=True)
+        for c in t["calls"]:
+            out.print(f"    [blue]call[/blue] {c['tool']}({c['arguments']})", soft_wrap=True)
         for m in t["memory"]:
             out.print(f"    [yellow]memory[/yellow] {m['text']}", soft_wrap=True)
         if t["summary"] is not None:
             out.print(f"    [green]summary[/green] {t['summary']}", soft_wrap=True)
         for c in t["pending_calls"]:
-            out.print(f"    [blue]planned[/blue] {c['tool']}({c['args']}) {c['call_id']}", soft_wrap=True)
+            out.print(f"    [blue]planned[/blue] {c['call_id']}", soft_wrap=True)
         for c in t["committed"]:
-            out.print(f"    [red]fired[/red] {c['tool']}({c['args']}) {c['call_id']}", soft_wrap=True)
+            out.print(f"    [red]fired[/red] {c['tool']}({_args(c['args'])}) {c['call_id']}", soft_wrap=True)
     for r in doc["receipts"]:
         out.print(f"receipt: {r['method']} τ={r['tau']} T={r['T']} checkpoint {r['checkpoint']}, "
                   f"{r['transitions']} transitions, {len(r['compensation'] or [])} compensation(s)")
