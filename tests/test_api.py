@@ -3,7 +3,7 @@
 import pytest
 
 from unsee.impl.store.session import Agent
-from unsee.impl.store.sqlite import StoreError
+from unsee.impl.store.errors import StoreError
 from unsee.model import Observation, Part
 
 

@@ -17,7 +17,9 @@ from typer.testing import CliRunner
 from unsee.impl.store.session import open_runtime
 from unsee.impl.cli import app
 from unsee.impl.store.episode import write_episode
-from unsee.impl.store.sqlite import WRITE_POINTS, Failpoint, Store, StoreError
+from unsee.impl.store.errors import StoreError
+from unsee.impl.store.locking import WRITE_POINTS, Failpoint
+from unsee.impl.store.sqlite import Store
 from unsee.model import Config, Observation, Part, ReferenceRuntime
 
 runner = CliRunner()

@@ -13,7 +13,8 @@ from unsee.impl.engine.runtime import make_runtime
 from unsee.impl.store.session import open_runtime
 from unsee.impl.experiments.bench_store import store_session
 from unsee.impl.store.episode import parse_episode
-from unsee.impl.store.sqlite import FORMAT, Store
+from unsee.impl.store.encoding import FORMAT
+from unsee.impl.store.sqlite import Store
 
 FORMAT1 = Path(__file__).parent / "data" / "format1-address.db"  # `unsee run examples/address.jsonl` before format 2
 
@@ -105,7 +106,7 @@ def test_a_forget_builds_and_compares_only_the_suffixs_source_sets(tmp_path, mon
     at T=160. The result still equals the twin's, source sets included."""
     import unsee.model.state as state_mod
     from unsee.impl.store.session import forget_stored
-    from unsee.impl.store.sqlite import StoredArtifact
+    from unsee.impl.store.encoding import StoredArtifact
 
     compared = []
     real = state_mod.source_delta

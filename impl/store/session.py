@@ -10,7 +10,8 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from unsee.impl.engine.runtime import make_runtime
-from unsee.impl.store.sqlite import stored_settings
+from unsee.impl.store.digests import identity_of, stored_settings
+from unsee.impl.store.errors import StoreError
 from unsee.model.runtime import ReferenceRuntime
 from unsee.model.session import UnseeError
 from unsee.model.state import Config
@@ -21,7 +22,7 @@ def open_runtime(store, **kw) -> ReferenceRuntime:
     settings the store was run with (weights, dtype, attention kernel, threads, device): anything
     else would not reproduce its states, so it is refused. No cache is resident until a forget
     restores one, from the store's K/V pages where it keeps them."""
-    from unsee.impl.store.sqlite import StoreError, identity_of, with_live_cache
+    from unsee.impl.store.sqlite import with_live_cache
 
     model = store.meta("model")
     pages = store.meta("kv_pages")
