@@ -270,6 +270,24 @@ def test_a_mutated_engine_is_rejected_by_the_rule_it_breaks(cropped_session, mut
         assert bad.digest()["kv"] != good.digest()["kv"]
 
 
+def test_agent_forget_checks_the_trace_before_it_persists(tmp_path):
+    """`Agent.forget` (and `unsee forget`, through `forget_stored`) checks the engine's trace
+    against the spec before it saves: a mutated engine's forget raises TraceViolation naming the
+    rule and the store keeps its session; the next forget reopens the store and succeeds."""
+    from unsee.impl.store.session import Agent, TraceViolation
+
+    summarize = Observation("user", (Part("u0", "summarize so far"),), reply=2, compact=True)
+    episode = EPISODE[:2] + (summarize,) + EPISODE[2:5] + EPISODE[6:]
+    with Agent.create(tmp_path / "a.db", model="tiny-llama", observations=episode) as agent:
+        root = agent.store.root()
+        decodes_before_restoring(agent.runtime.model)
+        with pytest.raises(TraceViolation, match="restore-first.*nothing was written"):
+            agent.forget(["z"])
+        assert agent.store.root() == root and agent.store.receipts() == [] and not agent.store.is_forgotten("z")
+        doc = agent.forget(["z"])  # a fresh runtime from the store: its engine follows the spec
+        assert doc["trace"]["violations"] == [] and agent.store.is_forgotten("z") and agent.check()["exact"]
+
+
 def test_restore_refuses_a_short_crop_where_the_engine_reports_its_length(cropped_session):
     bad = cropped_session.branch()
     crops_one_short(bad.model, reports_length=True)
