@@ -6,6 +6,8 @@ from unsee.impl.store.session import Agent
 from unsee.impl.store.errors import StoreError
 from unsee.model import Observation, Part
 
+pytestmark = pytest.mark.tiny
+
 
 def obs(kind, source, text, **kw):
     return Observation(kind, (Part(source, text),), **kw)

@@ -8,6 +8,8 @@ from unsee.impl.engine.runtime import KVRuntime
 from unsee.impl.experiments.cases import memory_case
 from unsee.model import Config
 
+pytestmark = pytest.mark.tiny
+
 LEAKY = ("B1", "B2", "B3", "B4", "B6", "B8")
 
 

@@ -16,6 +16,8 @@ from unsee.impl.experiments.baselines import apply
 from unsee.impl.experiments.cases import memory_case
 from unsee.model import Config
 
+pytestmark = pytest.mark.tiny
+
 N = 6
 
 

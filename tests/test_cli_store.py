@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.tiny
+
 ROOT = Path(__file__).resolve().parent.parent
 EPISODE = ROOT / "examples" / "address.jsonl"
 

@@ -27,6 +27,8 @@ from unsee.impl.cli import app
 from unsee.impl.store.encoding import SCHEMA
 from unsee.impl.store.sqlite import Store
 
+pytestmark = pytest.mark.tiny
+
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parent.parent
 EPISODE = ROOT / "examples" / "address.jsonl"

@@ -17,6 +17,8 @@ from unsee.impl.experiments.baselines import memory_delete
 from unsee.model import Config, Observation, Part
 from tests.kv_helpers import assert_b7_equals_b5
 
+pytestmark = pytest.mark.tiny
+
 
 ORGANISMS = (NAME, "recall-tiny-2", "recall-tiny-3")
 
