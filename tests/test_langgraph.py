@@ -34,6 +34,7 @@ def file_bytes(path: Path) -> bytes:
     return b"".join(p.read_bytes() for p in sorted(path.parent.glob(path.name + "*")))
 
 
+@pytest.mark.tiny
 def test_the_module_names_the_extra_when_langgraph_is_missing(monkeypatch):
     name = "unsee.impl.integrations.langgraph"
     monkeypatch.delitem(sys.modules, name)
@@ -42,12 +43,14 @@ def test_the_module_names_the_extra_when_langgraph_is_missing(monkeypatch):
         importlib.import_module(name)
 
 
+@pytest.mark.tiny
 def test_the_kit_passes_on_random_sessions():
     doc = verify(factory_for(L.langgraph_tiny_llama), examples=6, seed=0, max_steps=10)
     assert not doc["failures"], doc["failures"][0]["message"] + "\n" + "\n".join(doc["failures"][0]["trace"])
     assert doc["forgets"] > 0 and doc["exact"] == doc["optimal_invocations"] == doc["forgets"]
 
 
+@pytest.mark.tiny
 def test_the_kit_passes_on_shipped_vectors():
     """Every fourth shipped vector here (the slow tier runs all 40 through the kit's command)."""
     vectors = load_vectors()[::4]
@@ -56,6 +59,7 @@ def test_the_kit_passes_on_shipped_vectors():
     assert not report["failures"], report["failures"][0]
 
 
+@pytest.mark.tiny
 def test_the_kit_rejects_a_fork_at_tau():
     doc = verify(factory_for(L.langgraph_fork_at_tau), examples=6, seed=0, max_steps=10)
     assert doc["failures"], "the kit passed an integration that forks at τ instead of τ−1"
@@ -82,6 +86,7 @@ def forgotten(tmp_path_factory):
     return rt, twin, receipt, before, path
 
 
+@pytest.mark.tiny
 def test_forget_equals_a_fresh_thread_bit_for_bit(forgotten):
     rt, twin, r, before, _ = forgotten
     va, vb = rt._values(), twin._values()
@@ -96,6 +101,7 @@ def test_forget_equals_a_fresh_thread_bit_for_bit(forgotten):
     assert not any("z1" in r_["sources"] for r_ in va["provenance"])
 
 
+@pytest.mark.tiny
 def test_forget_replays_T_minus_tau_plus_one_turns(forgotten):
     rt, _, r, before, _ = forgotten
     assert (r.tau, r.T, r.checkpoint) == (3, before["T"], 2)
@@ -104,6 +110,7 @@ def test_forget_replays_T_minus_tau_plus_one_turns(forgotten):
     assert list(rt.observations) == [o.without(frozenset({"z1"})) for o in L.demo_stream()]
 
 
+@pytest.mark.tiny
 def test_no_consequential_call_fires_again(forgotten):
     rt, twin, r, before, _ = forgotten
     assert L._parts(rt.agent).world.fired == before["fired"] == 3  # call-t3, call-t6, call-t9 fired once each
@@ -116,6 +123,7 @@ def test_no_consequential_call_fires_again(forgotten):
     assert comp == {e.call_id for e in before["world"] if twin_calls.get(e.call_id) != e.args}
 
 
+@pytest.mark.tiny
 def test_no_target_byte_stays_in_the_checkpointer_file(forgotten):
     rt, _, r, before, path = forgotten
     secret = L.SECRET.encode()
@@ -130,6 +138,7 @@ def test_no_target_byte_stays_in_the_checkpointer_file(forgotten):
     assert stored == ids, "only the head's lineage is left"
 
 
+@pytest.mark.tiny
 def test_seeded_sampling_is_bit_exact_too():
     cfg = Config(sampling=True, seed=7)
     stream = L.demo_stream()[:6]

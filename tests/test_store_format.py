@@ -98,7 +98,7 @@ def test_a_forget_builds_and_compares_only_the_suffixs_source_sets(tmp_path, mon
     at T=160. The result still equals the twin's, source sets included."""
     import unsee.model.state as state_mod
     from unsee.impl.store.session import forget_stored
-    from unsee.impl.store.sqlite import StoredArtifact
+    from unsee.impl.store.encoding import StoredArtifact
 
     compared = []
     real = state_mod.source_delta

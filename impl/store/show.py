@@ -17,7 +17,7 @@ from unsee.model.session import arguments
 
 def decoder_for(store):
     """token ids → text, with the stored model's own template (the reference has no text)."""
-    from unsee.impl.store.sqlite import stored_settings
+    from unsee.impl.store.digests import stored_settings
 
     model = store.meta("model")
     if model == "reference":
