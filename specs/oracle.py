@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from unsee.model.state import CONSEQUENTIAL_TOOLS, Observation
+from unsee.specs.protocol import canonical, plain
 
 # --- the counterfactual stream -------------------------------------------------------------
 
@@ -128,8 +129,9 @@ def transitions(T: int, c: int) -> int:
 
 def compensation(committed, counterfactual_effects, c: int) -> list[dict]:
     """The side effects a forget spliced at c must report: every call after c that the real
-    world committed and the twin does not make with the same tool and arguments, and every
-    call the twin makes that was never committed. One entry per call id:
+    world committed and the twin does not make with the same tool and arguments (compared as
+    canonical JSON), and every call the twin makes that was never committed. One entry per
+    call id, arguments as plain JSON values (tuples become lists):
 
         {"call_id", "tool", "args": the twin's arguments or None,
          "committed": the committed arguments or None, "reason"}
@@ -141,18 +143,22 @@ def compensation(committed, counterfactual_effects, c: int) -> list[dict]:
     out = []
     for cid in sorted(set(real) | set(twin)):
         r, w = real.get(cid), twin.get(cid)
-        if r is not None and w is not None and (r.tool, tuple(r.args)) == (w.tool, tuple(w.args)):
+        if r is not None and w is not None and _call(r) == _call(w):
             continue
         reason = ("not committed" if r is None else "counterfactual makes no such call" if w is None
                   else "arguments differ")
-        out.append({"call_id": cid, "tool": (w or r).tool, "args": None if w is None else list(w.args),
-                    "committed": None if r is None else list(r.args), "reason": reason})
+        out.append({"call_id": cid, "tool": (w or r).tool, "args": None if w is None else plain(w.args),
+                    "committed": None if r is None else plain(r.args), "reason": reason})
     return out
 
 
 def deduplicated(committed, counterfactual_effects, c: int) -> list[str]:
     """The calls after c the twin makes exactly as committed: recognised, never fired again."""
-    real = {e.call_id: (e.tool, tuple(e.args)) for e in committed if e.turn > c}
-    return sorted(e.call_id for e in counterfactual_effects
-                  if e.turn > c and real.get(e.call_id) == (e.tool, tuple(e.args)))
+    real = {e.call_id: _call(e) for e in committed if e.turn > c}
+    return sorted(e.call_id for e in counterfactual_effects if e.turn > c and real.get(e.call_id) == _call(e))
+
+
+def _call(e) -> tuple[str, str]:
+    """A committed call as it compares: its tool and its arguments as canonical JSON."""
+    return e.tool, canonical(e.args)
 
