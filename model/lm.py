@@ -83,7 +83,12 @@ class LM(Protocol):
     prefix cache from `prefix_cache`, B5′) and `trust` (prefill a recorded reply unchecked:
     the bench's labelled oracle comparison, not exact) apply to the one call that passes them.
     Optional: `kv_length(kv)`, the context tokens a cache holds; where a model has it, `restore`
-    checks a restored cache against the checkpoint's context."""
+    checks a restored cache against the checkpoint's context.
+
+    `decode` returns (reply, kv, tokens decoded one per forward, tokens of the reply pushed
+    through a prefill: a checked draft, the final check of a decoded reply). An LM that returns
+    only the first three has no such prefills. Optional: `decode_cost(n)`, the tokens decoding an
+    n-token reply without a draft costs (both counts); without it, n."""
 
     name: str
 
@@ -92,7 +97,7 @@ class LM(Protocol):
     def empty(self) -> Any: ...
     def prefill(self, kv: Any, tokens, logits: bool = False, reuse: Any = None) -> Any: ...
     def decode(self, kv: Any, n: int, draw_list, hint=None, trust: bool = False
-               ) -> tuple[tuple[int, ...], Any, int]: ...
+               ) -> tuple[tuple[int, ...], Any, int, int]: ...
     def crop(self, kv: Any, n: int) -> Any: ...
     def resident(self, kv: Any) -> bool: ...
     def rebuild(self, tokens, blocks) -> tuple[Any, int]: ...
@@ -138,7 +143,8 @@ class ReferenceLM:
 
     def decode(self, kv, n: int, draw_list, hint=None, trust: bool = False):
         """F's reply: n tokens, each the choice after the context and the tokens before it.
-        Returns (tokens, kv, tokens decoded one forward at a time).
+        Returns (tokens, kv, tokens decoded one forward at a time, tokens verified: the draft's
+        tokens extended as they were checked).
 
         `hint` (a recorded reply) is a draft: every token of it is checked against the choice
         the context makes, and only from the first disagreement on is the rest decoded. The
@@ -146,18 +152,22 @@ class ReferenceLM:
         Here a prefill and a decode give the same bits, so the check is exact token by token.
         `trust` takes the hint unchecked (the bench's labelled oracle comparison, not exact)."""
         if trust and hint is not None and len(hint) == n:
-            return tuple(hint), extend(kv, tuple(hint)), 0
+            return tuple(hint), extend(kv, tuple(hint)), 0, n
         if n == 0:
-            return (), kv, 0
+            return (), kv, 0, 0
         k = 0
         if hint is not None and len(hint) == n:
             while k < n and next_token(kv, None if draw_list is None else draw_list[k]) == hint[k]:
                 kv = extend(kv, (hint[k],))
                 k += 1
         if k == n:
-            return tuple(hint), kv, 0
+            return tuple(hint), kv, 0, n
         rest, kv = decode(kv, n - k, None if draw_list is None else draw_list[k:])
-        return (tuple(hint[:k]) if k else ()) + rest, kv, n - k
+        return (tuple(hint[:k]) if k else ()) + rest, kv, n - k, k
+
+    def decode_cost(self, n: int) -> int:
+        """Decoding n tokens without a draft: n one-token extends (a checked draft costs the same)."""
+        return n
 
     def crop(self, kv, n: int):
         return kv[:n]

@@ -118,20 +118,26 @@ class TorchLM:
 
     def decode(self, kv: KVRef, n: int, draws, hint=None, trust: bool = False):
         """F's reply (KVEngine.fixed_point), from the recorded `hint` as the draft when the
-        backend keeps rows independent. Returns (reply, ref, tokens decoded one per forward).
-        `trust` prefills the hint unchecked: the bench's labelled oracle comparison, not exact."""
+        backend keeps rows independent. Returns (reply, ref, tokens decoded one per forward,
+        tokens of the reply's prefills). `trust` prefills the hint unchecked: the bench's labelled
+        oracle comparison, not exact."""
         self._live(kv)
         if trust and hint is not None and len(hint) == n:
             rec = tuple(int(t) for t in hint)
             self.engine.prefill(rec)
             self.ctx += list(rec)
-            return rec, self._ref(), 0
+            return rec, self._ref(), 0, len(rec)
         if n == 0:
-            return (), self._ref(), 0
+            return (), self._ref(), 0, 0
+        v0 = self.engine.tokens_verified
         out, decoded, passes = self.engine.fixed_point(n, draws, hint, exact_rows=self.drafts_ok)
         self.passes += passes
         self.ctx += list(out)
-        return out, self._ref(), decoded
+        return out, self._ref(), decoded, self.engine.tokens_verified - v0
+
+    def decode_cost(self, n: int) -> int:
+        """Decoding an n-token reply without a draft: n one-token forwards, then the reply's prefill."""
+        return 2 * n if n else 0
 
     def kv_length(self, kv: KVRef) -> int:
         """Context tokens the resident cache holds (the BOS row is the engine's, not the
