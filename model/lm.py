@@ -201,10 +201,10 @@ class ReferenceLM:
         `trust` takes the hint unchecked (the bench's labelled oracle comparison, not exact).
         `constraint` (from `grammar`): decode at most n tokens of JSON under a schema (see
         `constrained`)."""
+        if trust and hint is not None and (len(hint) == n or constraint is not None):
+            return tuple(hint), extend(kv, tuple(hint)), 0, len(hint)
         if constraint is not None:
             return constrained(kv, n, draw_list, hint, constraint)
-        if trust and hint is not None and len(hint) == n:
-            return tuple(hint), extend(kv, tuple(hint)), 0, n
         if n == 0:
             return (), kv, 0, 0
         k = 0

@@ -86,7 +86,7 @@ class TorchLM:
         """The constraint of a call to `tool`: its JSON schema over this model's vocabulary."""
         from unsee.impl.engine.grammar import grammar
 
-        return grammar(self.template, tool, self.engine.model.get_output_embeddings().weight.shape[0])
+        return grammar(self.template, tool, self.engine.model.config.vocab_size)
 
     def json_text(self, tokens) -> str:
         """The text of a constrained reply (its end token dropped)."""
@@ -136,16 +136,16 @@ class TorchLM:
         tool's JSON schema."""
         self._live(kv)
         v0 = self.engine.tokens_verified
+        if trust and hint is not None and (len(hint) == n or constraint is not None):
+            rec = tuple(int(t) for t in hint)
+            self.engine.prefill(rec)
+            self.ctx += list(rec)
+            return rec, self._ref(), 0, len(rec)
         if constraint is not None:
             out, decoded, passes = self.engine.fixed_point_under(n, draws, hint, constraint, exact_rows=self.drafts_ok)
             self.passes += passes
             self.ctx += list(out)
             return out, self._ref(), decoded, self.engine.tokens_verified - v0
-        if trust and hint is not None and len(hint) == n:
-            rec = tuple(int(t) for t in hint)
-            self.engine.prefill(rec)
-            self.ctx += list(rec)
-            return rec, self._ref(), 0, len(rec)
         if n == 0:
             return (), self._ref(), 0, 0
         out, decoded, passes = self.engine.fixed_point(n, draws, hint, exact_rows=self.drafts_ok)
