@@ -27,7 +27,10 @@ step() {  # step "what is installed" command...
   local t0=$SECONDS
   echo "[$N/$STEPS] $1 ..."
   shift
-  "$@" 2>&1 | grep -v "^WARNING: Location" || true
+  if ! "$@" 2>&1 | { grep -v "^WARNING: Location" || true; }; then
+    echo "setup.sh: step $N failed after $((SECONDS - t0)) s (see above); run it again once the cause is fixed" >&2
+    exit 1
+  fi
   echo "      done in $((SECONDS - t0)) s"
 }
 pip_install() {
