@@ -1,6 +1,6 @@
 """The real runtime and what is built on it, one folder per concern:
 
-- `engine/`      θ on transformers: the KV engine (`kv`), K/V pages, model loading, exactness
+- `engine/`      the LM on transformers: the KV engine (`kv`), K/V pages, model loading, exactness
                  settings, and `KVRuntime` (the reference scaffold over a real model);
 - `store/`       persistence: the SQLite session store, episode files, and the store's
                  operations (open, forget, check) with `Agent`, the API for agents that stay up;

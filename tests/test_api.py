@@ -41,3 +41,21 @@ def test_create_refuses_an_existing_session(tmp_path):
     with pytest.raises(StoreError, match="already exists"):
         Agent.create(db, model="reference")
 
+
+
+def test_create_gives_the_path_back_when_the_run_fails(tmp_path):
+    """Agent.create claims its path first; a model that does not load, or a run stopped midway
+    (Ctrl-C), leaves no file behind (what `unsee run` relies on)."""
+    from unsee.model import UnseeError
+
+    db = tmp_path / "agent.db"
+    with pytest.raises(UnseeError, match="unknown model"):
+        Agent.create(db, model="no-such-model")
+    assert sorted(tmp_path.iterdir()) == []
+
+    def stop():
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        Agent.create(db, model="reference", observations=[obs("user", "u1", "hi", reply=1)], on_step=stop)
+    assert sorted(tmp_path.iterdir()) == []

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from unsee.impl.cli import app
@@ -34,6 +35,7 @@ def test_verify_rejects_unknown_engine():
     assert res.exit_code == 2 and "is not one of" in res.output and "'reference'" in res.output
 
 
+@pytest.mark.tiny  # audits tiny-llama in a subprocess
 def test_off_a_terminal_long_commands_print_progress_lines(tmp_path):
     """In a log or CI, rich draws no bar until the end; the commands print plain lines instead
     (the audit one per episode, with the episodes its journal gave back marked)."""

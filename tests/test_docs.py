@@ -20,7 +20,8 @@ pytestmark = pytest.mark.tiny  # the README's tour runs on tiny-llama
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-SETUP = ("bash scripts/setup.sh && .venv/bin/unsee demo", "bash scripts/setup.sh && .venv/bin/python -m pytest")
+SETUP = ("bash scripts/setup.sh && .venv/bin/unsee demo",
+         'bash scripts/setup.sh --tests && .venv/bin/python -m pytest -m "not slow"')
 # Commands that take minutes: parsed against the CLI here, run by the tests named.
 COSTLY = {
     "unsee prove": "tests/test_cli.py, tests/test_proofs.py, tests/test_code_proofs.py",
@@ -75,6 +76,7 @@ def test_readme_is_a_short_front_door():
     text = README.read_text()
     assert len(text.splitlines()) <= 150
     assert readme_commands(text)[:2] == list(SETUP)
+    assert SETUP[1] in (ROOT / ".ci" / "run").read_text(), "CI runs the README's test command"
     assert "Forgetting Without Restarting: Execution-State Unlearning for Stateful LLM" in " ".join(text.split())
     for word in ("format 1", "used to", "p =", "p-value", "budget"):
         assert word not in text, word

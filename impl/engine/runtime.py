@@ -1,7 +1,7 @@
 """The agent runtime on a real model: the shared scaffold of `unsee.model` over a KVEngine.
 
 `KVRuntime` implements the runtime protocol of `unsee.specs.protocol`, so every spec runs
-against it unchanged. Its transition F is `unsee.model.state.step` with θ a transformers
+against it unchanged. Its transition F is `unsee.model.state.step` with `lm` a transformers
 model (`TorchLM`): blocks are rendered with the chat template, replies, plans and summaries
 are decoded by the model, and tool arguments are the tokens the model produced.
 """

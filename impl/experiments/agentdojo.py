@@ -42,7 +42,7 @@ def _require():
         from agentdojo.task_suite.load_suites import get_suite  # noqa: F401
     except ImportError as e:  # pragma: no cover - depends on the install
         raise AgentDojoMissing("AgentDojo is not installed: pip install agentdojo==0.1.35 "
-                               "(scripts/setup.sh does)") from e
+                               "(`bash scripts/setup.sh --tests` does)") from e
 
 
 @contextmanager

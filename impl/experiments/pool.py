@@ -33,7 +33,8 @@ def on_ray(job, jobs, address: str, done) -> None:
     try:
         import ray
     except ImportError as e:  # pragma: no cover - depends on the install
-        raise ImportError("--ray needs Ray: pip install 'unsee[ray]'") from e
+        raise ImportError("--ray needs Ray: run `bash scripts/setup.sh --tests` or, in the clone, "
+                          "`.venv/bin/pip install -e '.[ray]'`") from e
     started = not ray.is_initialized()
     if started:  # "local": start a cluster on this machine; otherwise connect ("auto", "ray://host:port", ...)
         ray.init(address=None if address == "local" else address, include_dashboard=False, log_to_driver=False)

@@ -6,7 +6,7 @@ shipped in `weights/recall-tiny/` and loaded by `models.load("recall-tiny")`.
 An episode is a stream of observations (`unsee.model.state.Observation`) with, for each, an
 intent: what a competent agent would answer, which argument it would put into a tool call,
 and what its compaction summary would keep. The stream is run through the runtime's own
-transition `unsee.model.state.step` with a scripted language model (`Scribe`) in place of θ:
+transition `unsee.model.state.step` with a scripted language model (`Scribe`) as `lm`:
 the scaffold prefills every block and header with the chat template, and each time it asks
 the model to decode n tokens the Scribe writes the intended text, tokenized, ended by
 `<|im_end|>` and padded with `<|im_end|>` or cut to exactly n tokens, as a decoded reply is.
@@ -732,7 +732,7 @@ def write(purpose: str, intent: Intent, facts) -> str:
 # --- rendering through the runtime's own transition -----------------------------------------
 
 class Scribe:
-    """θ for `step` that writes the intended text: the runtime's scaffold renders everything
+    """The `lm` for `step` that writes the intended text: the runtime's scaffold renders everything
     else, so the transcript is token for token the one the runtime builds. Records every
     context the model decodes in, with a loss weight per token."""
 

@@ -289,7 +289,7 @@ class Store:
             if pages is not None:
                 meta["kv_pages"] = json.dumps(pages[0])
             dtype = getattr(getattr(s.lm, "bundle", None), "dtype", None)
-            if dtype is not None:  # a forget must run on the same θ: same weights, same dtype
+            if dtype is not None:  # a forget must run on the same LM: same weights, same dtype
                 meta["dtype"] = str(dtype).removeprefix("torch.")
             db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta.items())
             db.execute("DELETE FROM meta WHERE key = 'pending_forget'")
@@ -432,18 +432,18 @@ class Store:
             return {x for (b,) in self.db.execute("SELECT body FROM observations")
                     for x in Observation.from_json(json.loads(b)).sources}
 
-    def load(self, model_lm, verify: bool = True) -> Session:
+    def load(self, lm, verify: bool = True) -> Session:
         """The stored session, every row verified against the store's digests (one read
         transaction, so a concurrent writer's commit is seen whole or not at all)."""
         if not self.has_session():
             raise StoreError(f"{self.path} holds no session yet")
         if not verify:
-            return self._load(model_lm)
+            return self._load(lm)
         with self.snapshot():
             self.loaded_root = self.verify()
-            return self._load(model_lm)
+            return self._load(lm)
 
-    def _load(self, model_lm) -> Session:
+    def _load(self, lm) -> Session:
         db = self.db
         config = Config.from_json(json.loads(self.meta("config")))
         parents: dict[str, list] = {}
@@ -495,7 +495,7 @@ class Store:
         world = tuple(LedgerEntry(c, t, a, turn) for c, t, a, turn in
                       db.execute("SELECT call_id, tool, args, turn FROM world ORDER BY turn, call_id"))
         # forgotten sources are kept only as salted digests (see is_forgotten)
-        return Session(config, self.meta("policy"), obs, states, cps, snaps, world, frozenset(), lm=model_lm)
+        return Session(config, self.meta("policy"), obs, states, cps, snaps, world, frozenset(), lm=lm)
 
     def is_forgotten(self, source: str) -> bool:
         return self.meta("salt") is not None and self.target_digest(source) in json.loads(self.meta("forgotten", "[]"))
