@@ -303,6 +303,9 @@ def read_graph(value, at: Boundary):
     g = nx.DiGraph()
     for n, data in value.nodes(data=True):
         name = f"graph node {n!r}"
+        if not data and value.degree(n):
+            raise at.fail(f"a graph with an edge to or from {n!r}, a node it never added", "every node an edge names "
+                          "is added with `type`, `turn` and `source_ids`", "add the node, or drop edges to removed nodes")
         d = _read(data, NODE, name, at)
         ids = d["source_ids"]
         if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
@@ -355,13 +358,14 @@ class Checked:
             raise ProtocolViolation(f"the runtime returned by the factory, a {type(runtime).__name__}, lacks "
                                     f"{', '.join(missing)}: a runtime has {', '.join(MEMBERS)} (section 1 of "
                                     "docs/verify-your-runtime.md); add them")
-        self.runtime, self.label, self.steps = runtime, label, 0
+        self.runtime, self.label, self.steps, self.forgot = runtime, label, 0, False
 
     def __getattr__(self, name):
         return getattr(self.runtime, name)
 
     def _at(self, call_: str, where: str | None = None) -> Boundary:
-        where = where or (f"step {self.steps}" if self.steps else "the start")
+        if where is None:
+            where = (f"step {self.steps}" if self.steps else "the start") + (", after the forget" if self.forgot else "")
         return Boundary(call_, where + (f" of {self.label}" if self.label else ""))
 
     def _call(self, fn, what: str, where: str | None = None):
@@ -370,16 +374,17 @@ class Checked:
 
     def reset(self) -> None:
         self._call(self.runtime.reset, "rt.reset()")
-        self.steps = 0
+        self.steps, self.forgot = 0, False
 
     def step(self, obs: Observation) -> None:
         self._call(lambda: self.runtime.step(obs), "rt.step(...)", f"step {self.steps + 1}")
-        self.steps += 1
+        self.steps, self.forgot = self.steps + 1, False
 
     def forget(self, sources, method: str = "B7", checkpoint: int | None = None) -> Receipt:
         what = f"rt.forget({list(sources)!r}, method={method!r}, checkpoint={checkpoint!r})"
         value, at = self._call(lambda: self.runtime.forget(list(sources), method=method, checkpoint=checkpoint),
                                what, f"the forget after step {self.steps}")
+        self.forgot = True
         return read_receipt(value, at)
 
     def digest(self) -> dict[str, str]:

@@ -429,3 +429,14 @@ def test_a_committed_call_that_sent_forgotten_text_is_reported_not_a_privacy_fai
     (entry,) = ob.receipt.compensation
     assert entry.committed == {"to": "bob", "text": "alice lives"} and entry.reason == "arguments differ"
     S.check_all(ob)
+
+
+def test_a_graph_with_an_edge_to_a_node_never_added_is_named():
+    class Dangling(Reshaped):
+        def graph_of(self, g):
+            if g.number_of_nodes():
+                g.add_edge("gone", next(iter(g.nodes)))
+            return g
+
+    expect(Dangling, "the runtime returned a graph with an edge to or from 'gone', a node it never added at step 1",
+           "(rt.graph())")

@@ -21,7 +21,10 @@ def test_mutant_is_caught_with_a_short_trace(mutant):
     assert len(doc["failures"]) == 1, f"{mutant.name} was not caught"
     f = doc["failures"][0]
     assert f["length"] <= 4, f"shrunk trace too long: {f['trace']}"
-    assert "Theorem 1" in f["message"] or "Corollary 1" in f["message"]
+    if mutant.name == "source-redaction-B3":  # its graph keeps edges from the fields it dropped: caught as it is read
+        assert "a graph with an edge to or from" in f["message"] and "a node it never added" in f["message"]
+    else:
+        assert "Theorem 1" in f["message"] or "Corollary 1" in f["message"]
 
 
 @pytest.mark.heavy
@@ -30,9 +33,11 @@ def test_state_machine_rejects_mutant(mutant):
     class Broken(ReferenceMachine):
         runtime_class = mutant
 
-    with pytest.raises(SpecViolation):
+    with pytest.raises((SpecViolation, ExceptionGroup)) as e:  # Hypothesis groups distinct failures
         run_state_machine_as_test(Broken, settings=settings(max_examples=300, stateful_step_count=12,
                                                             derandomize=True, deadline=None))
+    found = e.value.exceptions if isinstance(e.value, ExceptionGroup) else (e.value,)
+    assert all(isinstance(x, SpecViolation) for x in found), found
 
 
 def test_reference_passes_the_same_harness():
@@ -54,6 +59,9 @@ def test_protocol_mutant_is_caught_by_the_default_run(mutant):
 
     doc = verify(factory_for, examples=100, seed=0)
     assert doc["failures"], f"{mutant.name} was not caught"
-    want = {"stale-graph-index": "graph() differs from G^-z_T", "ignores-method": "receipt: method 'B7', but 'B5'",
-            "recent-checkpoints-only": "Theorem 1", "wrong-log-after-forgets": "log"}
-    assert any(want[mutant.name] in f["message"] for f in doc["failures"]), doc["failures"]
+    # the fallback checkpoint lies past τ (Theorem 1) or before τ−1 (Corollary 1): which example the
+    # time-bounded shrinking ends on depends on the machine's load, and either names the mistake
+    want = {"stale-graph-index": ("graph() differs from G^-z_T",), "ignores-method": ("receipt: method 'B7', but 'B5'",),
+            "recent-checkpoints-only": ("Theorem 1", "Corollary 1: spliced at boundary"),
+            "wrong-log-after-forgets": ("log",)}
+    assert any(w in f["message"] for f in doc["failures"] for w in want[mutant.name]), doc["failures"]
