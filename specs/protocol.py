@@ -30,6 +30,8 @@ what that section lists (a test keeps the two in step).
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import json
 from dataclasses import dataclass, fields, is_dataclass
 from numbers import Integral
@@ -54,7 +56,7 @@ GUIDE = 'see "The types" in docs/verify-your-runtime.md'
 REASONS = ("not committed", "counterfactual makes no such call", "arguments differ")
 
 # field → (required, what it holds): the contract of each record, as the guide states it
-RECEIPT = {
+RECEIPT = MappingProxyType({
     "tau": (True, "int ≥ 1: the first transition (1-based) whose observation carried a forgotten source"),
     "T": (True, "int ≥ 1: the length of the log before the forget"),
     "checkpoint": (True, "int ≥ 0: the boundary c spliced at (0 for B5)"),
@@ -66,25 +68,25 @@ RECEIPT = {
     "taint": (False, "a collection of node ids of graph() before the forget: I(z)"),
     "digests": (False, "a mapping layer → str: digest() of the state after the forget"),
     "deduplicated": (False, "a list of str: call ids the replay recognised as already committed"),
-}
-WORLD_ENTRY = {
+})
+WORLD_ENTRY = MappingProxyType({
     "call_id": (True, "str: the call's id, unique in the ledger and the same in a replay that makes the same call"),
     "tool": (True, "str: the tool's name"),
     "args": (True, "any JSON value (dict, list, str, number, bool, None): the arguments, compared as canonical JSON"),
     "turn": (True, "int ≥ 1: the transition the call committed in"),
-}
-COMPENSATION_ENTRY = {
+})
+COMPENSATION_ENTRY = MappingProxyType({
     "call_id": (True, "str: the call's id"),
     "tool": (True, "str: the tool's name"),
     "args": (True, "JSON value or None: the twin's arguments (None when the twin makes no such call)"),
     "committed": (True, "JSON value or None: the committed arguments (None when it never committed)"),
     "reason": (True, f"one of {', '.join(map(repr, REASONS))}"),
-}
-NODE = {
+})
+NODE = MappingProxyType({
     "type": (True, 'str: what the node is ("field" for an observation field, or any name for what F made)'),
     "turn": (True, "int ≥ 0: the transition that recorded or made it"),
     "source_ids": (True, "a set (or list) of str: the sources a recorded field carries; empty for what F made"),
-}
+})
 
 
 @dataclass(frozen=True)
