@@ -59,9 +59,6 @@ def _story():
     return rt
 
 
-@pytest.mark.xfail(strict=True, reason="the organism was trained on the tool-call text before calls carried JSON "
-                   "arguments (`Calling ship_gift(address=\"…`); it copies the address into a JSON call only once "
-                   "retrained on that format (strict: this fails the suite the day it passes)")
 def test_it_recalls_a_memory_fact_into_a_json_tool_call():
     args = json.loads(_story().session.state.plan[0].args)
     assert "Harbour Road, Lisbon" in args["address"], args
@@ -170,13 +167,14 @@ def test_the_generators_mix_is_still_the_one_the_shipped_organisms_were_trained_
     """The shipped weights are reproducible only while the generator draws the same episodes:
     a digest of the mix, of the tool channel and of the long tool channel, pinned. Adding a family (the long tool channel)
     must leave it unchanged. Pinned since tool calls are JSON arguments (recall-tiny's last run draws these;
-    the runs before it, and recall-tiny-2's and recall-tiny-3's, drew the same episodes with the older call text)."""
+    the runs before it, and recall-tiny-2's and recall-tiny-3's, drew the older call text, and a call also where no
+    identifier had been stated)."""
     h = hashlib.sha256()
     t = D.TextTemplate()
     for s in list(range(60)) + [10**8 + i for i in range(20)]:
         for fam in (None, "tool"):
             h.update(repr(D.render(D.episode(s, fam), t)).encode())
-    assert h.hexdigest() == "b69b8a0d34e5d8ffdc63536914e6ce9f8159c2a0c3d71a07e814f54e62308da7"
+    assert h.hexdigest() == "459239a21ed4056ce1796d8e667701f5cb9b98ab685975962c2b4bf7dd760cf0"
     long = hashlib.sha256()  # and the long tool channel recall-tiny-3's last run drew from
     for s in list(range(40)) + [400000000 + i for i in range(20)]:
         long.update(repr(D.render(D.episode(s, D.LONG), t)).encode())
@@ -367,12 +365,13 @@ def test_the_copy_probe_tells_copying_from_memory():
 
 def test_the_second_organism_copies_what_the_first_cannot():
     """recall-tiny-2 continues recall-tiny with copy-heavy and tool-weighted runs (its model card):
-    it repeats e-mails and URLs drawn afresh, which recall-tiny never does; digit strings (IBANs)
-    it still cannot copy, and the probe says so."""
+    it repeats e-mails and URLs drawn afresh, which recall-tiny does not reliably (it copied none
+    before its runs on JSON tool calls, some e-mails since); digit strings (IBANs) recall-tiny-2
+    still cannot copy, and the probe says so."""
     from unsee.impl.organism.evaluate import copy_probe
 
     first, second = copy_probe(NAME, 3), copy_probe("recall-tiny-2", 3)
-    assert first["email/repeat"] == first["url/repeat"] == 0.0, first
+    assert first["email/repeat"] < 1.0 and first["url/repeat"] < 1.0, first
     assert second["email/repeat"] == second["url/repeat"] == 1.0, second
     assert second["iban/repeat"] == 0.0 and second["colour/repeat"] == 1.0, second
 

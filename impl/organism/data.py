@@ -305,6 +305,12 @@ def _probe(rng: random.Random, ep: Episode, kinds_known: list[str]) -> tuple[Obs
     return Observation("user", (Part(f"q{rng.randrange(10**6)}", text),), reply=n), intent
 
 
+def _call_if(known: list[str], r: str) -> str | None:
+    """The tool a request calls once an identifier it routes to has been stated, else none: an
+    agent without the address asks for it ("I need the details first.") instead of shipping."""
+    return CALL.name if any(k in known for k in ROUTES[r]) else None
+
+
 def memory_episode(rng: random.Random, seed: int) -> Episode:
     """The memory channel (cases.memory_case and beyond): facts, then a mix of turns."""
     cfg = Config(summary_tokens=rng.choice((24, 24, 16, 32, 12)), tools=TOOLS)
@@ -337,13 +343,16 @@ def memory_episode(rng: random.Random, seed: int) -> Episode:
             ep.steps.append((Observation("user", (Part(uid, q),), reply=n), Intent("text", a)))
         elif r < 0.5:
             q = rng.choice(SHIP_QUESTIONS)
-            ep.steps.append((Observation("user", (Part(uid, q),), reply=n, tool=CALL.name), Intent("ship", route="ship")))
+            ep.steps.append((Observation("user", (Part(uid, q),), reply=n, tool=_call_if(known, "ship")),
+                             Intent("ship", route="ship")))
         elif r < 0.57:
             q = rng.choice(PAY_QUESTIONS)
-            ep.steps.append((Observation("user", (Part(uid, q),), reply=n, tool=CALL.name), Intent("pay", route="pay")))
+            ep.steps.append((Observation("user", (Part(uid, q),), reply=n, tool=_call_if(known, "pay")),
+                             Intent("pay", route="pay")))
         elif r < 0.62:
             q = rng.choice(MAIL_QUESTIONS)
-            ep.steps.append((Observation("user", (Part(uid, q),), reply=n, tool=CALL.name), Intent("mail", route="mail")))
+            ep.steps.append((Observation("user", (Part(uid, q),), reply=n, tool=_call_if(known, "mail")),
+                             Intent("mail", route="mail")))
         elif r < 0.75:
             q = rng.choice(("Summarize what you know about me.", "Great. Please summarize this conversation.",
                             "Summarize my requirements."))
@@ -359,7 +368,7 @@ def memory_episode(rng: random.Random, seed: int) -> Episode:
     # the audit's ending: a task continuation with a tool call, a compaction, then probes
     if rng.random() < 0.5:
         ep.steps.append((Observation("user", (Part("audit-task", CONTINUATION),), reply=rng.choice((24, 16)),
-                                     tool=CALL.name), Intent("list", route="any")))
+                                     tool=_call_if(known, "any")), Intent("list", route="any")))
         if rng.random() < 0.6:
             ep.steps.append((Observation("user", (Part("audit-notes", SAVE),), compact=True), Intent("none")))
     for _ in range(rng.choice((1, 1, 2, 3))):

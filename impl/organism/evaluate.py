@@ -348,7 +348,8 @@ def card(doc: dict, training: dict, name: str = NAME) -> str:
                      + f", AdamW, peak lr {ph.get('peak_lr')}, cosine to 10 %, {ph.get('tokens_seen')} token positions, "
                      f"{ph.get('seconds', 0) / 60:.1f} min, final loss {ph.get('final_loss', 0):.3f}"
                      + (" (stopped early by its time budget)" if ph.get("stopped_early") else "") + ".")
-    json_runs = [str(i) for i, ph in enumerate(phases, 1) if ph.get("tool_calls") == "json"]
+    json_runs = [str(i) for i, ph in enumerate(phases, 1) if str(ph.get("tool_calls")).startswith("json")]
+    always = [str(i) for i, ph in enumerate(phases, 1) if ph.get("tool_calls") == "json-always"]
     threads = sorted({ph.get("threads", 1) for ph in phases})
     kernels = sorted({ph.get("attn", "eager") for ph in phases})
     where = ("one CPU thread" if threads == [1] else " or ".join(map(str, threads)) + " CPU threads") + \
@@ -377,6 +378,11 @@ def card(doc: dict, training: dict, name: str = NAME) -> str:
         "  `<|im_end|>`, as the constrained decoder writes them; the runs before drew the older call text",
         "  `Calling ship_gift(address=\"…\")`.",
     ] if json_runs else []) + ([
+        f"  Run{'s' if len(always) > 1 else ''} {', '.join(always)} drew a call at every shipping, payment or e-mail "
+        "request, also before any identifier was stated",
+        "  (the argument then `unknown`); the generator now calls only once one has been, and otherwise",
+        "  answers \"I need the details first.\" without a call.",
+    ] if always else []) + ([
         "  A run with a long share draws that share from the long tool channel (`long_tool_episode`): one to",
         "  three JSON tool results (e-mails, transactions, files, messages, reviews, each record with identifiers",
         "  of its own) at AgentDojo's lengths, the record the task needs marked, and in 70 % of them an injected",
