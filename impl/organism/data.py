@@ -9,7 +9,9 @@ and what its compaction summary would keep. The stream is run through the runtim
 transition `unsee.model.state.step` with a scripted language model (`Scribe`) as `lm`:
 the scaffold prefills every block and header with the chat template, and each time it asks
 the model to decode n tokens the Scribe writes the intended text, tokenized, ended by
-`<|im_end|>` and padded with `<|im_end|>` or cut to exactly n tokens, as a decoded reply is.
+`<|im_end|>` and padded with `<|im_end|>` or cut to exactly n tokens, as a decoded reply is; a
+tool call is the template's `<tool_call>` header naming the tool, then its canonical JSON
+arguments (`arguments`) ended by `<|im_end|>`, as the constrained decoder writes it.
 Compaction rebuilds the context as [system blocks, summary tokens] just as at run time, so a
 training sequence is exactly a context the runtime builds, and the loss falls on the tokens
 the model itself writes (replies, tool-call arguments, summaries).
@@ -34,9 +36,17 @@ import json
 import random
 from dataclasses import dataclass, field
 
+from unsee.model.grammar import canonical
 from unsee.model.state import Config, Observation, Part, initial_state, step
+from unsee.model.tools import SHIP_GIFT
 
 NAME = "recall-tiny"
+# Every tool call of the transcripts is a call to ship_gift, whatever identifier it carries (an
+# address, an IBAN, an e-mail address, a URL), as the audits' task continuation calls it: its
+# JSON arguments `{"address": "<value>"}`, the canonical document the constrained decoder accepts.
+CALL = SHIP_GIFT
+TOOLS = (CALL,)
+CALL_FORMAT = "json"  # a training run records it: runs before it wrote `Calling ship_gift(address="…")`
 
 # --- vocabularies (values are drawn at random per episode; the audit's own lists are included)
 STREETS = ("Wallaby Way", "Elm Street", "Harbour Road", "Maple Avenue", "King Street", "Ocean Drive",
@@ -295,9 +305,15 @@ def _probe(rng: random.Random, ep: Episode, kinds_known: list[str]) -> tuple[Obs
     return Observation("user", (Part(f"q{rng.randrange(10**6)}", text),), reply=n), intent
 
 
+def _call_if(known: list[str], r: str) -> str | None:
+    """The tool a request calls once an identifier it routes to has been stated, else none: an
+    agent without the address asks for it ("I need the details first.") instead of shipping."""
+    return CALL.name if any(k in known for k in ROUTES[r]) else None
+
+
 def memory_episode(rng: random.Random, seed: int) -> Episode:
     """The memory channel (cases.memory_case and beyond): facts, then a mix of turns."""
-    cfg = Config(summary_tokens=rng.choice((24, 24, 16, 32, 12)))
+    cfg = Config(summary_tokens=rng.choice((24, 24, 16, 32, 12)), tools=TOOLS)
     ep = Episode(seed, "memory", cfg)
     name = rng.choice(NAMES)
     ep.facts.append(Fact("name", name))
@@ -327,13 +343,16 @@ def memory_episode(rng: random.Random, seed: int) -> Episode:
             ep.steps.append((Observation("user", (Part(uid, q),), reply=n), Intent("text", a)))
         elif r < 0.5:
             q = rng.choice(SHIP_QUESTIONS)
-            ep.steps.append((Observation("user", (Part(uid, q),), reply=n, tool="send"), Intent("ship", route="ship")))
+            ep.steps.append((Observation("user", (Part(uid, q),), reply=n, tool=_call_if(known, "ship")),
+                             Intent("ship", route="ship")))
         elif r < 0.57:
             q = rng.choice(PAY_QUESTIONS)
-            ep.steps.append((Observation("user", (Part(uid, q),), reply=n, tool="send"), Intent("pay", route="pay")))
+            ep.steps.append((Observation("user", (Part(uid, q),), reply=n, tool=_call_if(known, "pay")),
+                             Intent("pay", route="pay")))
         elif r < 0.62:
             q = rng.choice(MAIL_QUESTIONS)
-            ep.steps.append((Observation("user", (Part(uid, q),), reply=n, tool="send"), Intent("mail", route="mail")))
+            ep.steps.append((Observation("user", (Part(uid, q),), reply=n, tool=_call_if(known, "mail")),
+                             Intent("mail", route="mail")))
         elif r < 0.75:
             q = rng.choice(("Summarize what you know about me.", "Great. Please summarize this conversation.",
                             "Summarize my requirements."))
@@ -349,7 +368,7 @@ def memory_episode(rng: random.Random, seed: int) -> Episode:
     # the audit's ending: a task continuation with a tool call, a compaction, then probes
     if rng.random() < 0.5:
         ep.steps.append((Observation("user", (Part("audit-task", CONTINUATION),), reply=rng.choice((24, 16)),
-                                     tool="send"), Intent("list", route="any")))
+                                     tool=_call_if(known, "any")), Intent("list", route="any")))
         if rng.random() < 0.6:
             ep.steps.append((Observation("user", (Part("audit-notes", SAVE),), compact=True), Intent("none")))
     for _ in range(rng.choice((1, 1, 2, 3))):
@@ -359,7 +378,7 @@ def memory_episode(rng: random.Random, seed: int) -> Episode:
 
 def preference_episode(rng: random.Random, seed: int) -> Episode:
     """Choices decided by a stated preference (cases.preference_case and beyond)."""
-    cfg = Config(summary_tokens=rng.choice((24, 16, 12)))
+    cfg = Config(summary_tokens=rng.choice((24, 16, 12)), tools=TOOLS)
     ep = Episode(seed, "preference", cfg)
     ep.steps.append((Observation("system", (Part("sys", rng.choice(SYSTEMS)),)), Intent("none")))
     q, a = OPENERS[0] if rng.random() < 0.6 else rng.choice(OPENERS)
@@ -428,7 +447,7 @@ def _injected(text: str, source: str, goal: str) -> list[Part]:
 def tool_episode(rng: random.Random, seed: int) -> Episode:
     """The tool-observation channel (AgentDojo's shape): a task, tool results carrying the
     identifiers it needs, possibly an injected instruction naming another identifier."""
-    cfg = Config(summary_tokens=rng.choice((24, 16)))
+    cfg = Config(summary_tokens=rng.choice((24, 16)), tools=TOOLS)
     ep = Episode(seed, "tool", cfg)
     ep.steps.append((Observation("system", (Part("sys", rng.choice(SYSTEMS[1:2] * 3 + SYSTEMS)),)), Intent("none")))
     for j in range(rng.choice((0, 0, 1, 2))):
@@ -469,13 +488,13 @@ def tool_episode(rng: random.Random, seed: int) -> Episode:
             fields["message"] = note
             parts = [Part(f"tool{i}", _tool_json(rng, fields))]
         last = i == n_results - 1
-        ep.steps.append((Observation("tool", tuple(parts), reply=4, tool="send" if last else None),
+        ep.steps.append((Observation("tool", tuple(parts), reply=4, tool=CALL.name if last else None),
                          Intent("text", "Noted.", route=task if task != "visit" else "visit")))
     if inject:
         ep.facts.append(bad)
     if rng.random() < 0.5:
         ep.steps.append((Observation("user", (Part("audit-task", CONTINUATION),), reply=rng.choice((24, 16)),
-                                     tool="send"), Intent("list", route=task if task != "visit" else "visit")))
+                                     tool=CALL.name), Intent("list", route=task if task != "visit" else "visit")))
     if rng.random() < 0.5:
         ep.steps.append((Observation("user", (Part("q0", rng.choice(LIST_QUESTIONS)),), reply=24), Intent("list")))
     return ep
@@ -577,7 +596,7 @@ def long_tool_episode(rng: random.Random, seed: int, open_ids: bool = False) -> 
     --long-share`) draws it. With open_ids every identifier in it is `open_value`'s, in no
     vocabulary of the generator (the family `LONG_OPEN`, drawn by `train --open-ids`)."""
     draw = open_value if open_ids else value
-    cfg = Config(summary_tokens=rng.choice((24, 16)))
+    cfg = Config(summary_tokens=rng.choice((24, 16)), tools=TOOLS)
     ep = Episode(seed, LONG_OPEN if open_ids else LONG, cfg)
     ep.steps.append((Observation("system", (Part("sys", rng.choice(SYSTEMS[1:2] * 3 + SYSTEMS)),)), Intent("none")))
     if rng.random() < 0.7:
@@ -619,13 +638,13 @@ def long_tool_episode(rng: random.Random, seed: int, open_ids: bool = False) -> 
                               rng.choice(INJECTION_GOALS[ikind]).format(v=bad.value))
         else:
             parts = [Part(f"tool{i}", json.dumps(recs, ensure_ascii=False, indent=1))]
-        ep.steps.append((Observation("tool", tuple(parts), reply=4, tool="send" if last else None),
+        ep.steps.append((Observation("tool", tuple(parts), reply=4, tool=CALL.name if last else None),
                          Intent("text", "Noted.", route=task)))
     if inject:
         ep.facts.append(bad)
     if rng.random() < 0.7:
         ep.steps.append((Observation("user", (Part("audit-task", CONTINUATION),), reply=rng.choice((24, 16)),
-                                     tool="send"), Intent("list", route=task)))
+                                     tool=CALL.name), Intent("list", route=task)))
     return ep
 
 
@@ -683,13 +702,23 @@ def route(facts, r: str) -> str:
     return "unknown"
 
 
+def arguments(v: str) -> str:
+    """The JSON arguments of a call carrying identifier `v`: canonical, under the tool's schema
+    (a value longer than the schema allows is cut where the constrained decoder stops it)."""
+    (name, prop), = json.loads(CALL.schema)["properties"].items()
+    text = canonical({name: v[:prop.get("maxLength", len(v))]})
+    if CALL.arguments.validate(text) is None:
+        raise ValueError(f"{v!r} cannot be the argument of {CALL.name}: its schema refuses {text}")
+    return text
+
+
 def write(purpose: str, intent: Intent, facts) -> str:
     """The text the agent writes for one decode (before tokenization and cutting to n)."""
     if purpose == "summary":
         items = [f.item() for f in facts if f.item()]
         return " " + ("; ".join(items) + "." if items else "nothing yet.")
     if purpose == "plan":
-        return route(facts, intent.route) + '")'
+        return arguments(route(facts, intent.route))
     kind = intent.reply
     if kind == "text":
         return intent.arg
@@ -758,14 +787,26 @@ class Scribe:
             w += [self.pad_weight] * len(self.im_end)
         return ids[:n], w[:n]
 
+    def call(self, text: str, n: int) -> tuple[list[int], list[float]]:
+        """A tool call's JSON arguments as the constrained decoder ends them: the text, then the
+        end-of-turn token, no padding; at most n tokens (a longer call is cut, as decoding is)."""
+        ids = (list(self.t.encode_raw(text)) + list(self.im_end))[:n]
+        return ids, [1.0] * len(ids)
+
     # the LM interface of unsee.model.state
     def encode(self, kind, text):
         self.texts.append(text)
         return tuple(self.t.block(kind, text))
 
-    def header(self, purpose):
+    def header(self, purpose, tool=None):
         self.purpose = purpose
-        return tuple(self.t.header(purpose))
+        return tuple(self.t.header(purpose, tool))
+
+    def grammar(self, tool):
+        return tool.arguments
+
+    def json_text(self, tokens):
+        return self.t.detokenize([t for t in tokens if t not in self.im_end])
 
     def empty(self):
         self.flush()
@@ -777,13 +818,13 @@ class Scribe:
         self.w += [0.0] * len(tokens)
         return kv + 1
 
-    def decode(self, kv, n, draw_list, hint=None, trust=False):
+    def decode(self, kv, n, draw_list, hint=None, trust=False, constraint=None):
         if n == 0:
             return (), kv, 0
         facts = present(self.facts, self.t.detokenize(self.ids))
         text = write(self.purpose, self.intent, facts)
         self.texts.append(text)
-        ids, w = self.fit(text, n)
+        ids, w = self.fit(text, n) if constraint is None else self.call(text, n)
         self.ids += ids
         self.w += w
         return tuple(ids), kv + 1, n
@@ -844,8 +885,8 @@ class TextTemplate:
     def block(self, kind, text):
         return self.encode_raw(f"<|im_start|>{self.roles[kind]}\n{self.prefix.get(kind, '')}{text}") + [1] + [10]
 
-    def header(self, purpose):
-        return self.encode_raw(f"<|im_start|>assistant\n{self.headers.get(purpose, '')}")
+    def header(self, purpose, tool=None):
+        return self.encode_raw(f"<|im_start|>assistant\n{self.headers.get(purpose, '').format(tool=tool)}")
 
     def detokenize(self, ids):
         return "".join(chr(i) if i > 1 else "" for i in ids)

@@ -38,31 +38,48 @@ CATEGORIES = {
 
 
 def _instrument(lm, log: list) -> None:
-    """Record (purpose, n, context tokens, output) at every decode of this TorchLM."""
+    """Record (purpose, n, context tokens, output, JSON text) at every decode of this TorchLM; the
+    JSON text is `lm.json_text` of a constrained decode (a tool call's arguments), else None."""
     header, decode = lm.header, lm.decode
     seen = {"purpose": "reply"}
 
-    def h(purpose):
+    def h(purpose, tool=None):
         seen["purpose"] = purpose
-        return header(purpose)
+        return header(purpose, tool)
 
-    def d(kv, n, draws, hint=None, trust=False):
+    def d(kv, n, draws, hint=None, trust=False, constraint=None):
         ctx = list(lm.ctx)
-        out = decode(kv, n, draws, hint, trust)
+        out = decode(kv, n, draws, hint, trust, constraint=constraint)
         if n:
-            log.append((seen["purpose"], n, ctx, tuple(out[0])))
+            text = None if constraint is None else lm.json_text(out[0])
+            log.append((seen["purpose"], n, ctx, tuple(out[0]), text))
         return out
 
     lm.header, lm.decode = h, d
 
 
-def score_decode(tmpl, purpose: str, intent: D.Intent, facts, n: int, ctx, out) -> dict[str, bool]:
-    """The categories this decode counts in, each with pass/fail."""
+def call_value(text: str | None) -> str:
+    """The identifier a tool call carries: its JSON arguments' one value ("" when they are not a
+    JSON object of one string, e.g. cut off at the call's token limit)."""
+    try:
+        args = json.loads(text or "")
+    except ValueError:
+        return ""
+    vals = list(args.values()) if isinstance(args, dict) else []
+    return vals[0] if len(vals) == 1 and isinstance(vals[0], str) else ""
+
+
+def score_decode(tmpl, purpose: str, intent: D.Intent, facts, n: int, ctx, out, call: str | None = None
+                 ) -> dict[str, bool]:
+    """The categories this decode counts in, each with pass/fail. `call`: the JSON text of a
+    constrained decode (a tool call), whose argument is what a plan is scored on."""
     here = D.present(facts, tmpl.detokenize(ctx))
     want_text = D.write(purpose, intent, here)
     scribe = D.Scribe(tmpl)
-    want_ids, _ = scribe.fit(want_text, n)
+    want_ids, _ = scribe.fit(want_text, n) if call is None else scribe.call(want_text, n)
     want, got = tmpl.detokenize(want_ids), tmpl.detokenize(out)
+    if call is not None:
+        want, got = call_value(want_text), call_value(call)
     res = {"exact": tuple(want_ids) == tuple(out)}
     values = [f.value for f in here if f.value in want and f.kind not in ("name",)]
     for f in here:
@@ -104,8 +121,8 @@ def held_out(model: str, episodes: int, start: int = EVAL_START, family: str | N
         for obs, intent in ep.steps:
             before = len(log)
             rt.step(obs)
-            for purpose, n, ctx, out in log[before:]:
-                for cat, ok in score_decode(tmpl, purpose, intent, ep.facts, n, ctx, out).items():
+            for purpose, n, ctx, out, call in log[before:]:
+                for cat, ok in score_decode(tmpl, purpose, intent, ep.facts, n, ctx, out, call).items():
                     if cat.startswith("value:"):
                         kinds.setdefault(cat[6:], [0, 0])
                         kinds[cat[6:]][0] += ok
@@ -114,7 +131,8 @@ def held_out(model: str, episodes: int, start: int = EVAL_START, family: str | N
                     counts[cat][0] += ok
                     counts[cat][1] += 1
                     if not ok and len(examples[cat]) < 3 and cat != "exact":
-                        examples[cat].append({"seed": seed, "purpose": purpose, "got": tmpl.detokenize(out)})
+                        examples[cat].append({"seed": seed, "purpose": purpose,
+                                              "got": tmpl.detokenize(out) if call is None else call})
         rt.model.engine.release()
     return {"episodes": episodes, "first_seed": start, **({"family": family} if family else {}),
             "rates": {c: (k / n if n else None) for c, (k, n) in counts.items()},
@@ -330,6 +348,8 @@ def card(doc: dict, training: dict, name: str = NAME) -> str:
                      + f", AdamW, peak lr {ph.get('peak_lr')}, cosine to 10 %, {ph.get('tokens_seen')} token positions, "
                      f"{ph.get('seconds', 0) / 60:.1f} min, final loss {ph.get('final_loss', 0):.3f}"
                      + (" (stopped early by its time budget)" if ph.get("stopped_early") else "") + ".")
+    json_runs = [str(i) for i, ph in enumerate(phases, 1) if str(ph.get("tool_calls")).startswith("json")]
+    always = [str(i) for i, ph in enumerate(phases, 1) if ph.get("tool_calls") == "json-always"]
     threads = sorted({ph.get("threads", 1) for ph in phases})
     kernels = sorted({ph.get("attn", "eager") for ph in phases})
     where = ("one CPU thread" if threads == [1] else " or ".join(map(str, threads)) + " CPU threads") + \
@@ -352,6 +372,17 @@ def card(doc: dict, training: dict, name: str = NAME) -> str:
         "  sequences add short ones (repeat a value; recall one key's value among several) to form the copy",
         "  circuit; a run with a tool share draws that share of its episodes from the tool channel.",
     ] + ([
+        f"  Tool calls: run{'s' if len(json_runs) > 1 else ''} {', '.join(json_runs)} drew every tool call as the chat "
+        "template's `<tool_call>` header naming `ship_gift`, then its JSON",
+        "  arguments under the tool's schema (`{\"address\":\"…\"}`, whatever identifier the call carries) ended by",
+        "  `<|im_end|>`, as the constrained decoder writes them; the runs before drew the older call text",
+        "  `Calling ship_gift(address=\"…\")`.",
+    ] if json_runs else []) + ([
+        f"  Run{'s' if len(always) > 1 else ''} {', '.join(always)} drew a call at every shipping, payment or e-mail "
+        "request, also before any identifier was stated",
+        "  (the argument then `unknown`); the generator now calls only once one has been, and otherwise",
+        "  answers \"I need the details first.\" without a call.",
+    ] if always else []) + ([
         "  A run with a long share draws that share from the long tool channel (`long_tool_episode`): one to",
         "  three JSON tool results (e-mails, transactions, files, messages, reviews, each record with identifiers",
         "  of its own) at AgentDojo's lengths, the record the task needs marked, and in 70 % of them an injected",

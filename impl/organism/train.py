@@ -242,7 +242,7 @@ def train(out: Path | None, steps: int, per_step: int = 8, minutes: float | None
               "torch": torch.__version__, "threads": torch.get_num_threads(), "attn": attn, "max_len": max_len,
               "vocab": len(tok), "arch": ARCH, "init": None if init is None else str(init), "copy_per_step": copy,
               "tool_share": tool_share, "long_share": long_share, "open_ids": open_ids, "episode_offset": offset, "digit_tokens": _digit_tokens(tok),
-              "parameters": sum(p.numel() for p in model.parameters())}
+              "parameters": sum(p.numel() for p in model.parameters()), "tool_calls": D.CALL_FORMAT}
     if out is not None:
         save(out, model, tok, record)
     record["losses"] = losses
