@@ -152,3 +152,32 @@ def test_a_row_buffer_is_zeroed_when_its_rows_move_or_go(bundle):
     e.release()
     assert all(not k.any() and not v.any() for k, v in kept)
 
+
+def test_the_row_independence_result_is_kept_on_disk(bundle, tmp_path, monkeypatch):
+    """A new process reads the self-test's result instead of running it again, for exactly the
+    key it was computed under; a result stored under another key is never read."""
+    from unsee.impl.engine import kv as K
+
+    monkeypatch.setenv("UNSEE_CACHE_DIR", str(tmp_path))
+    runs = []
+    real = K._rows_independent
+    monkeypatch.setattr(K, "_rows_independent", lambda *a: runs.append(1) or real(*a))
+    monkeypatch.setattr(K, "_ROWS_CHECKED", {})
+    e = KVEngine(bundle.model, bundle.device)
+    assert K.row_independence(e)[0] and len(runs) == 1
+    files = list((tmp_path / "selftest").glob("*.json"))
+    assert len(files) == 1
+    monkeypatch.setattr(K, "_ROWS_CHECKED", {})  # a new process
+    assert K.row_independence(e)[0] and len(runs) == 1  # read back, not run
+    key = {**K.selftest_key(e, "eager"), "shape": [24, 16]}
+    assert K.read_selftest(key) is True
+    for field, other in (("threads", 2), ("attn", "sdpa"), ("torch", "0.0"), ("cpu", "other"), ("dtype", "x")):
+        assert K.read_selftest({**key, field: other}) is None
+    K.write_selftest(key, False)  # what is stored for this key is what is used
+    monkeypatch.setattr(K, "_ROWS_CHECKED", {})
+    holds, note = K.row_independence(e)
+    assert not holds and "skipping refused" in note and len(runs) == 1
+    files[0].write_text("{not json")
+    monkeypatch.setattr(K, "_ROWS_CHECKED", {})
+    assert K.row_independence(e)[0] and len(runs) == 2  # unreadable: run again and rewritten
+    assert K.read_selftest(key) is True
