@@ -342,3 +342,18 @@ def replace_last(rt, s):
     prior = s.states[-2]
     kv, _ = rt.model.rebuild(prior.tokens, prior.blocks)
     return replace(s, observations=s.observations[:-1], states=s.states[:-1][:-1] + (replace(prior, kv=kv),))
+
+
+def test_every_sweep_honours_T_and_the_headline_says_what_it_compares():
+    from unsee.impl.experiments.bench import cost_law
+    from unsee.impl.experiments.reports import cost_law_report
+
+    doc = cost_law("tiny-llama", 8, (0.0,), 2, 1, (10**3,), shape="short")
+    assert [r["tau"] for r in doc["tau_sweep"]] == list(range(1, 9))
+    assert doc["paper_shape"] == {"T": 8, "tau": 1, "indep": 0.0, "suffix": 8}
+    assert [r["T"] for r in doc["flat_in_T"]] == [8] and doc["provenance"]["step_seconds"] > 0
+    for r in doc["tau_sweep"]:
+        assert r["B7"]["recomputed"] <= r["B5"]["recomputed"]
+        assert r["B7"]["recomputed"] == r["B7"]["tokens_prefilled"] + r["B7"]["tokens_decoded"] + r["B7"]["tokens_verified"]
+    text = " ".join(x for x in cost_law_report(doc) if isinstance(x, str))
+    assert "short shape, T=8, the target at τ=1 (suffix 8" in text and "Why: B5 re-runs all 8 transitions" in text
