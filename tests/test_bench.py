@@ -32,7 +32,8 @@ def _run(benchmark, live, op):
 def test_selective_replay_invokes_F_T_minus_tau_plus_1_times(benchmark, sessions, tau):
     out = _run(benchmark, sessions[tau], lambda s: selective_replay(s, ["z"], drafts=False))
     assert out["r"].transitions == T - tau + 1
-    assert out["decoded"] == 4 * (T - tau)  # every post-τ user turn decodes 4 tokens; o_τ^{-z} is empty
+    # every post-τ user turn decodes 4 tokens, the last picked with no forward; o_τ^{-z} is empty
+    assert out["decoded"] == 3 * (T - tau) and out["r"].tokens_verified == 4 * (T - tau)
 
 
 @pytest.mark.parametrize("tau", [2, 5, 9])
@@ -41,14 +42,14 @@ def test_selective_replay_decodes_only_the_replies_the_target_changed(benchmark,
     r = out["r"]
     assert r.transitions == T - tau + 1 and r.replies == T - tau
     changed = r.replies - r.replies_skipped  # each decodes from its first changed token on
-    assert changed <= out["decoded"] == r.tokens_decoded <= 4 * changed
+    assert out["decoded"] == r.tokens_decoded <= 3 * changed  # each decoded reply's last token needs no forward
 
 
 @pytest.mark.parametrize("tau", [2, 9])
 def test_full_reset_invokes_F_T_times(benchmark, sessions, tau):
     out = _run(benchmark, sessions[tau], lambda s: full_reset(s, ["z"]))
     assert out["r"].transitions == T
-    assert out["decoded"] == 4 * (T - 2)  # all user turns but the system prompt and the empty o_τ
+    assert out["decoded"] == 3 * (T - 2)  # all user turns but the system prompt and the empty o_τ, 4 tokens each
 
 
 @pytest.mark.parametrize("c", [1, 3])
@@ -330,8 +331,10 @@ def test_a_rejected_draft_is_tried_only_while_drafts_have_paid():
         m = Meter(draft_credit=credit)
         append(s, episode[2], m, hints=bad)  # the reply again, from R_2, with a wrong draft
         counts[credit] = (m.tokens_decoded, m.tokens_verified, m.draft_credit)
-    assert counts[0] == (4, 4, 0)  # not tried: decoded, then verified once
-    assert counts[4][1] == 8 and counts[4][2] == 4 - 4  # tried at 0: one wasted check of 4 tokens
+    assert counts[0] == (3, 4, 0)  # not tried: decoded (the last token with no forward), then verified once
+    # tried with credit 4: rejected at token 0, one wasted check of 4 tokens, so the credit falls by
+    # what the draft cost against decoding (3 + 4): 4 + 7 − (3 + 8) = 0
+    assert counts[4] == (3, 8, 0)
     assert counts[None][:2] == counts[4][:2] and counts[None][2] is None
 
 
