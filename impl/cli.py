@@ -701,15 +701,16 @@ def bench_store(T: list[int] = typer.Option([100, 200, 400, 800], "--T", help="S
 
 @bench_app.command("cost-law")
 def bench_cost_law(model: str = typer.Option("tiny-llama", help="Model name or path."),
-                   T: Optional[int] = typer.Option(None, "--T", help="Session length (default 16; 50 with --shape agent)."),
+                   T: Optional[int] = typer.Option(None, "--T", help="Session length, for every sweep (default 50 "
+                                                   "with the agent shape, 16 with --shape short)."),
                    indep: Optional[list[str]] = typer.Option(None, help="A fraction of independent post-τ turns "
                                                              "(repeatable; default 0, 0.25, 0.5, 0.75, 1)."),
                    reply: int = typer.Option(8, help="Tokens decoded per turn."),
                    repeats: int = typer.Option(3, help="Repeats per point (median time)."),
                    max_graph: int = typer.Option(1_000_000, help="Largest synthetic graph for the closure query."),
-                   shape: Shape = typer.Option(Shape.short, help="short: one-line turns, every τ. agent: a function-calling "
-                                             "session (tool schemas, requests, tool results), the target a tool result "
-                                             "12 turns before the end, a few τ."),
+                   shape: Shape = typer.Option(Shape.agent, help="agent (default): a function-calling session (tool "
+                                             "schemas, requests, tool results), the target a tool result 12 turns before "
+                                             "the end, a few τ. short: one-line turns, every τ."),
                    cross_process: bool = typer.Option(False, "--cross-process", help="With --shape agent: store the "
                                                       "session and forget with `unsee forget` (B5, B7) in fresh processes."),
                    sweep_tau: bool = typer.Option(True, "--tau-sweep/--no-tau-sweep", help="Sweep τ (and the "

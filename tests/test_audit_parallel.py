@@ -213,9 +213,9 @@ def test_b5_replies_as_drafts_change_no_row_and_save_decoding(contaminated, monk
     decoded = []
     real = K.KVEngine.decode
 
-    def counting(self, n, draws=None, temperature=1.0):
+    def counting(self, n, draws=None, temperature=1.0, feed_last=True):
         decoded.append(n)
-        return real(self, n, draws, temperature)
+        return real(self, n, draws, temperature, feed_last)
     monkeypatch.setattr(K.KVEngine, "decode", counting)
     methods = ["B0", "B3", "B7", "B8", "B9"]
     counts = {}

@@ -84,3 +84,102 @@ def test_training_mode_is_refused(bundle):
             KVEngine(bundle.model, bundle.device)
     finally:
         bundle.model.eval()
+
+
+def _script(e: KVEngine) -> tuple[list, list, int]:
+    """Prefills, replies (decoded, from a wrong draft, from the right one), a crop into fresh
+    storage, rows and pages appended, and growth past the row buffer: (every logits read, the
+    final K/V, decode runs)."""
+    g = torch.Generator().manual_seed(7)
+    ids = lambda n: torch.randint(10, 990, (n,), generator=g).tolist()  # noqa: E731
+    seen, runs = [], 0
+    e.prefill(ids(40))
+    seen.append(e.logits.clone())
+    for _ in range(4):
+        e.prefill(ids(6))
+        start, head = len(e), e.logits
+        out, _, _ = e.fixed_point(5)  # decoded: one run
+        seen += [e.logits.clone(), torch.tensor(out)]
+        e.crop(start, fresh_storage=False)
+        e.logits = head
+        wrong = [out[0]] + [(t + 1) % 990 for t in out[1:]]
+        again, _, _ = e.fixed_point(5, draft=wrong)  # rejected at token 1: one more run
+        seen += [e.logits.clone(), torch.tensor(again)]
+        runs += 2
+    n = len(e)
+    page, donor = e.rows(n - 20, n), e.clone()
+    e.crop(n - 20)  # fresh storage, as a restore does
+    e.append_pages([page[:, :, :, :8], page[:, :, :, 8:]])
+    e.crop(n - 10)
+    e.append_rows(donor.cache, n - 10, n)
+    e.prefill(ids(300))  # past the first row buffer
+    seen.append(e.logits.clone())
+    seen.append(e.prefill_logits(ids(9)))
+    return seen, [t.clone() for pair in e.kv_tensors() for t in pair], runs
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("model", ["tiny-llama", "tiny-qwen2", "tiny-mistral"])
+def test_rows_in_place_and_no_wasted_forward_give_the_same_bits(model, dtype, attn):
+    """Against the old path (a concatenating DynamicCache; the last token of every decoded draft
+    fed through the model): every logits row and every K/V byte torch.equal, one forward fewer
+    per decoded draft."""
+    from transformers import DynamicCache
+
+    from unsee.impl.engine.kv import RowsLayer
+
+    b = load(model, dtype=dtype, attn=attn)
+    new, old = KVEngine(b.model, b.device), KVEngine(b.model, b.device)
+    old.cache = DynamicCache()
+    old.decode = lambda n, draws=None, temperature=1.0, feed_last=True: KVEngine.decode(old, n, draws, temperature)
+    a, b_ = _script(new), _script(old)
+    assert all(isinstance(layer, RowsLayer) for layer in new.cache.layers)
+    assert not any(isinstance(layer, RowsLayer) for layer in old.cache.layers)
+    assert len(a[0]) == len(b_[0]) and all(torch.equal(x, y) for x, y in zip(a[0], b_[0]))
+    assert len(a[1]) == len(b_[1]) and all(torch.equal(x, y) for x, y in zip(a[1], b_[1]))
+    assert old.forwards - new.forwards == a[2]
+    assert new.tokens_decoded == old.tokens_decoded - a[2]
+
+
+def test_a_row_buffer_is_zeroed_when_its_rows_move_or_go(bundle):
+    e = KVEngine(bundle.model, bundle.device)
+    e.prefill(list(range(10, 60)))
+    bufs = [layer.buffers for layer in e.cache.layers]
+    assert all(k.shape[-2] == 256 and k[..., :50, :].abs().sum() > 0 for k, _ in bufs)
+    e.crop(20)  # fresh storage: the old buffer goes, zeroed
+    assert all(not k.any() and not v.any() for k, v in bufs)
+    e.prefill(list(range(10, 30)))
+    kept = [layer.buffers for layer in e.cache.layers]
+    e.release()
+    assert all(not k.any() and not v.any() for k, v in kept)
+
+
+def test_the_row_independence_result_is_kept_on_disk(bundle, tmp_path, monkeypatch):
+    """A new process reads the self-test's result instead of running it again, for exactly the
+    key it was computed under; a result stored under another key is never read."""
+    from unsee.impl.engine import kv as K
+
+    monkeypatch.setenv("UNSEE_CACHE_DIR", str(tmp_path))
+    runs = []
+    real = K._rows_independent
+    monkeypatch.setattr(K, "_rows_independent", lambda *a: runs.append(1) or real(*a))
+    monkeypatch.setattr(K, "_ROWS_CHECKED", {})
+    e = KVEngine(bundle.model, bundle.device)
+    assert K.row_independence(e)[0] and len(runs) == 1
+    files = list((tmp_path / "selftest").glob("*.json"))
+    assert len(files) == 1
+    monkeypatch.setattr(K, "_ROWS_CHECKED", {})  # a new process
+    assert K.row_independence(e)[0] and len(runs) == 1  # read back, not run
+    key = {**K.selftest_key(e, "eager"), "shape": [24, 16]}
+    assert K.read_selftest(key) is True
+    for field, other in (("threads", 2), ("attn", "sdpa"), ("torch", "0.0"), ("cpu", "other"), ("dtype", "x")):
+        assert K.read_selftest({**key, field: other}) is None
+    K.write_selftest(key, False)  # what is stored for this key is what is used
+    monkeypatch.setattr(K, "_ROWS_CHECKED", {})
+    holds, note = K.row_independence(e)
+    assert not holds and "skipping refused" in note and len(runs) == 1
+    files[0].write_text("{not json")
+    monkeypatch.setattr(K, "_ROWS_CHECKED", {})
+    assert K.row_independence(e)[0] and len(runs) == 2  # unreadable: run again and rewritten
+    assert K.read_selftest(key) is True

@@ -329,3 +329,26 @@ def test_smollm2_second_process_loads_the_cached_weights_bitwise(tmp_path):
     assert second["logits"] == first["logits"]
     assert second["seconds"] < first["seconds"]
     assert len(list((tmp_path / "models").iterdir())) == 1
+
+
+def test_a_verified_entry_is_not_hashed_again_until_its_files_change(cache, gguf, monkeypatch, capsys):
+    """The weights digest a read checked is kept by file name, size and mtime: the next read
+    skips hashing the weights, and a rewritten weights file is hashed (and caught) again."""
+    convert = StandIn()
+    fresh, _, _ = models.cached_convert(gguf, torch.float32, "eager", convert)
+    hashed = []
+    real = models.weights_digest
+    monkeypatch.setattr(models, "weights_digest", lambda m: hashed.append(1) or real(m))
+    for want in (1, 1):  # the first hit hashes and remembers; the second does not hash
+        model, _, hit = models.cached_convert(gguf, torch.float32, "eager", convert)
+        assert hit and len(hashed) == want
+        assert model.unsee_weights_sha256 == real(fresh)
+        assert_bitwise_equal(model, fresh)
+    (entry,) = cache.iterdir()
+    assert (entry / models.VERIFIED).is_file()
+    time.sleep(0.01)
+    flip_last_byte(entry)  # same size, new mtime
+    capsys.readouterr()
+    model, _, hit = models.cached_convert(gguf, torch.float32, "eager", convert)
+    assert not hit and convert.calls == 2 and "weights differ" in capsys.readouterr().err
+    assert_bitwise_equal(model, fresh)

@@ -12,14 +12,73 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
+import os
+import platform
 import time
+from pathlib import Path
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from unsee.impl.engine.exact import ExactnessError, check_exact_config, pin_determinism
 from unsee.model.session import UnseeError
 from unsee.specs.traces import Append, Crop, Forward, Reset
+
+
+class RowsLayer(DynamicLayer):
+    """A cache layer whose new rows are written in place into a preallocated buffer, instead of
+    concatenating the whole layer into fresh storage at every forward. `keys` and `values` stay
+    views of the buffer's first rows: the same values, shape and dtype as concatenation gives.
+    Whoever replaces `keys` with other storage (a crop into fresh storage, appended pages) is
+    followed: the next update copies the rows into a new buffer and zeroes the old one."""
+
+    CHUNK = 256  # rows allocated at a time (the buffer at least doubles when it grows)
+    buffers: tuple | None = None
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n = self.keys.shape[-2] if self.keys.numel() else 0
+        m = n + key_states.shape[-2]
+        bk, bv = self._room(n, m, key_states, value_states)
+        bk[..., n:m, :] = key_states
+        bv[..., n:m, :] = value_states
+        self.keys, self.values = bk[..., :m, :], bv[..., :m, :]
+        return self.keys, self.values
+
+    def _room(self, n: int, m: int, key_states, value_states) -> tuple:
+        old = self.buffers
+        if old is not None and old[0].shape[:2] == key_states.shape[:2] and old[0].shape[-1] == key_states.shape[-1] \
+                and old[0].dtype == key_states.dtype and (n == 0 or (
+                    self.keys.data_ptr() == old[0].data_ptr() and self.keys.stride() == old[0].stride()
+                    and self.values.data_ptr() == old[1].data_ptr() and self.values.stride() == old[1].stride())):
+            if m <= old[0].shape[-2]:
+                return old
+        cap = -(-max(m, 2 * (0 if old is None else old[0].shape[-2])) // self.CHUNK) * self.CHUNK
+        b, h, _, d = key_states.shape
+        new = (key_states.new_zeros((b, h, cap, d)), value_states.new_zeros((b, value_states.shape[1], cap, d)))
+        if n:
+            new[0][..., :n, :] = self.keys
+            new[1][..., :n, :] = self.values
+        self.wipe()
+        self.buffers = new
+        return new
+
+    def wipe(self) -> None:
+        """Overwrite the buffer's bytes (before it is dropped)."""
+        if self.buffers is not None:
+            for t in self.buffers:
+                t.zero_()
+            self.buffers = None
+
+
+def new_cache() -> DynamicCache:
+    """An empty cache whose layers write rows in place (`RowsLayer`)."""
+    cache = DynamicCache()
+    cache.layer_class_to_replicate = RowsLayer
+    return cache
 
 
 class KVEngine:
@@ -35,7 +94,7 @@ class KVEngine:
         self.device = device
         self.threads = threads
         pin_determinism(device, threads)
-        self.cache = DynamicCache()
+        self.cache = new_cache()
         self.logits: torch.Tensor | None = None  # [V] after the last forward
         self.forwards = 0
         self.tokens_prefilled = 0
@@ -60,7 +119,7 @@ class KVEngine:
         if self.recorder is not None:
             self.recorder.append(Reset())
         self.release()
-        self.cache = DynamicCache()
+        self.cache = new_cache()
         self.logits = None
 
     def prefill(self, ids) -> None:
@@ -79,15 +138,18 @@ class KVEngine:
         probs = torch.softmax(logits.float().cpu() / temperature, dim=-1)
         return int(torch.multinomial(probs, 1, generator=g))
 
-    def decode(self, n: int, draws=None, temperature: float = 1.0) -> tuple[int, ...]:
+    def decode(self, n: int, draws=None, temperature: float = 1.0, feed_last: bool = True) -> tuple[int, ...]:
         """n tokens, one forward each; greedy, or sampled with one seeded generator per token.
-        Every decoded token is fed back, so the cache holds all of them."""
+        Every decoded token is fed back, so the cache holds all of them; feed_last=False picks the
+        last one without a forward (a draft whose K/V are thrown away: its logits are never read)."""
         if n and self.logits is None:
             raise UnseeError("decode needs logits from a prefill first (prefill a header)")
         out = []
         for i in range(n):
             tok = self.choose(self.logits, None if draws is None else draws[i], temperature)
             out.append(tok)
+            if i == n - 1 and not feed_last:
+                break
             self._forward([tok], "decode")
             self.tokens_decoded += 1
         return tuple(out)
@@ -98,10 +160,10 @@ class KVEngine:
         position i (checked by `row_independence`), so x_0 is fixed by the context, x_1 by x_0, ….
 
         Start from `draft` (a recorded reply) or, without one, decode a draft token by token
-        (its K/V thrown away); prefill the draft as one block and compare every row's choice
+        (its K/V thrown away, the last token picked without a forward); prefill the draft as one block and compare every row's choice
         with it; at the first disagreement k take the row's choice, re-draft the rest by
         decoding, and prefill again. Each pass fixes at least one more token. The reply's K/V
-        are the last prefill's. Returns (reply, tokens decoded, prefill passes).
+        are the last prefill's. Returns (reply, tokens decoded one per forward, prefill passes).
 
         exact_rows=False (a backend where rows read later tokens: no fixed point need exist):
         the reply is the decoded draft, its K/V one prefill of it; no recorded draft is used."""
@@ -110,8 +172,8 @@ class KVEngine:
         start, head = len(self), self.logits  # head: [V], the row that picks x_0
         decoded = 0
         if draft is None or len(draft) != n or not exact_rows:
-            draft = self.decode(n, draws)
-            decoded += n
+            draft = self.decode(n, draws, feed_last=False)
+            decoded += n - 1
             self.crop(start, fresh_storage=False)
         draft = [int(t) for t in draft]
         if not exact_rows:
@@ -129,8 +191,8 @@ class KVEngine:
                 return tuple(draft), decoded, passes
             self.crop(start + k, fresh_storage=False)  # rows before k never read x_k or later: they stay as they are
             self.logits = head if k == 0 else block[k - 1]
-            draft = draft[:k] + list(self.decode(n - k, None if draws is None else draws[k:]))
-            decoded += n - k
+            draft = draft[:k] + list(self.decode(n - k, None if draws is None else draws[k:], feed_last=False))
+            decoded += n - k - 1
             self.crop(start, fresh_storage=False)
         raise ExactnessError(f"no fixed point after {n + 1} prefills of a {n}-token reply: this backend "
                              "breaks row independence (see row_independence)")
@@ -217,8 +279,7 @@ class KVEngine:
             self.recorder.append(Append("rows", len(self), end - start))
         with torch.inference_mode():
             for layer, src in zip(self.cache.layers, source.layers):
-                layer.keys = torch.cat([layer.keys, src.keys[..., start:end, :]], dim=-2)
-                layer.values = torch.cat([layer.values, src.values[..., start:end, :]], dim=-2)
+                layer.update(src.keys[..., start:end, :], src.values[..., start:end, :])  # copied in place
         self.logits = None
 
     def rows(self, start: int, end: int) -> torch.Tensor:
@@ -232,10 +293,10 @@ class KVEngine:
         if self.recorder is not None:
             self.recorder.append(Append("pages", len(self), sum(p.shape[3] for p in pages)))
         with torch.inference_mode():
-            block = torch.cat([p.to(self.device) for p in pages], dim=3)  # [L, 2, h, n, d]
-            for i, layer in enumerate(self.cache.layers):
-                layer.keys = torch.cat([layer.keys, block[i, 0].unsqueeze(0)], dim=-2)
-                layer.values = torch.cat([layer.values, block[i, 1].unsqueeze(0)], dim=-2)
+            for page in pages:  # [L, 2, h, n, d]
+                page = page.to(self.device)
+                for i, layer in enumerate(self.cache.layers):
+                    layer.update(page[i, 0].unsqueeze(0), page[i, 1].unsqueeze(0))  # copied in place
         self.logits = None
 
     def crop(self, length: int, fresh_storage: bool = True) -> None:
@@ -262,6 +323,8 @@ class KVEngine:
                 layer.values = layer.values[..., :length, :]
                 if fresh_storage:
                     layer.keys, layer.values = layer.keys.clone(), layer.values.clone()
+                    if isinstance(layer, RowsLayer):
+                        layer.wipe()  # the kept rows' old copy too
         self.logits = None
 
     def select(self, positions) -> None:
@@ -272,15 +335,19 @@ class KVEngine:
                 if getattr(layer, "is_initialized", False) and layer.keys is not None and layer.keys.numel():
                     layer.keys = layer.keys.index_select(-2, idx).clone()
                     layer.values = layer.values.index_select(-2, idx).clone()
+                    if isinstance(layer, RowsLayer):
+                        layer.wipe()
         self.logits = None
 
     def release(self) -> None:
         """Overwrite every K/V byte before dropping the cache."""
         for layer in getattr(self.cache, "layers", []):
-            if getattr(layer, "is_initialized", False) and layer.keys is not None:
-                with torch.inference_mode():
+            with torch.inference_mode():
+                if getattr(layer, "is_initialized", False) and layer.keys is not None:
                     layer.keys.zero_()
                     layer.values.zero_()
+                if isinstance(layer, RowsLayer):
+                    layer.wipe()
 
     def clone(self) -> "KVEngine":
         """A branch with its own cache over the same model (for paired comparisons)."""
@@ -321,12 +388,28 @@ def row_independence(engine: KVEngine, context: int = 24, block: int = 16) -> tu
     bit, on this model, dtype, device, attention implementation and thread count? The fixed
     point that defines a reply is unique only if it does. Two blocks that agree on their first
     half are prefilled after the same context and their first halves compared with torch.equal.
-    Cached per configuration. Returns (holds, a sentence for the user)."""
+    Cached per configuration, in this process and on disk (`selftest_key`, `selftest_dir`), so a
+    new process does not run it again. Returns (holds, a sentence for the user)."""
     model = engine.model
     impl = getattr(model.config, "_attn_implementation", None) or "eager"
     key = (id(model), str(next(model.parameters()).dtype), str(engine.device), engine.threads, impl)
     if key in _ROWS_CHECKED:
         return _ROWS_CHECKED[key]
+    disk = {**selftest_key(engine, impl), "shape": [context, block]}
+    holds = read_selftest(disk)
+    if holds is None:
+        holds = _rows_independent(engine, context, block)
+        write_selftest(disk, holds)
+    note = ("row independence holds: a recorded reply is checked by one prefill" if holds else
+            f"row independence does not hold on this backend ({impl}, {key[1]}, {key[2]}, {engine.threads} "
+            "threads): replies are drafted by decoding and verified by prefill, and no recorded reply "
+            "is reused (skipping refused)")
+    _ROWS_CHECKED[key] = (holds, note)
+    return holds, note
+
+
+def _rows_independent(engine: KVEngine, context: int, block: int) -> bool:
+    model = engine.model
     g = torch.Generator().manual_seed(0)
     vocab = model.config.vocab_size
     ctx = torch.randint(10, vocab, (context,), generator=g).tolist()
@@ -342,9 +425,80 @@ def row_independence(engine: KVEngine, context: int = 24, block: int = 16) -> tu
         for p, q in zip(e1.kv_tensors(), e2.kv_tensors()) for x, y in zip(p, q))
     e1.release()
     e2.release()
-    note = ("row independence holds: a recorded reply is checked by one prefill" if holds else
-            f"row independence does not hold on this backend ({impl}, {key[1]}, {key[2]}, {engine.threads} "
-            "threads): replies are drafted by decoding and verified by prefill, and no recorded reply "
-            "is reused (skipping refused)")
-    _ROWS_CHECKED[key] = (holds, note)
-    return holds, note
+    return holds
+
+
+SELFTEST_VERSION = 1  # bump when the self-test itself changes: older results are then not read
+
+
+def selftest_dir() -> Path:
+    """Where self-test results live: `selftest/` beside the converted-weights cache ($UNSEE_CACHE_DIR,
+    else $XDG_CACHE_HOME/unsee, else ~/.cache/unsee)."""
+    from unsee.impl.engine.models import weights_cache_dir
+
+    return weights_cache_dir().parent / "selftest"
+
+
+def cpu_flags() -> str:
+    """The CPU's feature flags (they pick the kernels): a digest of /proc/cpuinfo's flags where it
+    exists, with the capability torch dispatches on and the machine type."""
+    flags = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith(("flags", "Features"))), "")
+    except OSError:
+        pass
+    capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: "")()
+    return f"{platform.machine()}|{capability}|{hashlib.sha256(flags.encode()).hexdigest()[:16]}"
+
+
+def selftest_key(engine: KVEngine, impl: str) -> dict:
+    """Everything that decides the self-test's bits: the weights (and the module that runs them),
+    dtype, device, kernel, threads, torch and transformers versions, CPU flags."""
+    import transformers
+
+    from unsee.impl.engine.models import weights_digest
+
+    model = engine.model
+    weights = getattr(model, "unsee_weights_sha256", None)
+    if weights is None:
+        weights = weights_digest(model)
+        try:
+            model.unsee_weights_sha256 = weights
+        except (AttributeError, TypeError):
+            pass
+    device = engine.device
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
+    return {"version": SELFTEST_VERSION, "weights_sha256": weights,
+            "module": f"{type(model).__module__}.{type(model).__qualname__}",
+            "dtype": str(next(model.parameters()).dtype), "device": f"{device.type}|{name}", "attn": impl,
+            "threads": engine.threads, "torch": torch.__version__, "transformers": transformers.__version__,
+            "cpu": cpu_flags()}
+
+
+def _selftest_path(key: dict) -> Path:
+    return selftest_dir() / (hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32] + ".json")
+
+
+def read_selftest(key: dict) -> bool | None:
+    """A stored result for exactly this key, or None (none, unreadable, or another key)."""
+    try:
+        doc = json.loads(_selftest_path(key).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("key") != key or not isinstance(doc.get("holds"), bool):
+        return None
+    return doc["holds"]
+
+
+def write_selftest(key: dict, holds: bool) -> None:
+    """Store a result (atomically: readers see a whole file or none); a cache that cannot be
+    written only costs the next process the test."""
+    path = _selftest_path(key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"key": key, "holds": holds}, sort_keys=True))
+        os.replace(tmp, path)
+    except OSError:
+        pass

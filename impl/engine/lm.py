@@ -154,8 +154,9 @@ class TorchLM:
         return out, self._ref(), decoded, self.engine.tokens_verified - v0
 
     def decode_cost(self, n: int) -> int:
-        """Decoding an n-token reply without a draft: n one-token forwards, then the reply's prefill."""
-        return 2 * n if n else 0
+        """Decoding an n-token reply without a draft: n − 1 one-token forwards (the last token is
+        picked without one), then the reply's prefill."""
+        return 2 * n - 1 if n else 0
 
     def kv_length(self, kv: KVRef) -> int:
         """Context tokens the resident cache holds (the BOS row is the engine's, not the

@@ -306,12 +306,41 @@ def read_entry(entry: Path, dtype: torch.dtype, attn: str):
     if tok_class is None:
         raise CorruptCacheEntry(f"{entry}: unknown tokenizer class {manifest.get('tokenizer_class')!r}")
     tok = tok_class.from_pretrained(entry, local_files_only=True)
-    if weights_digest(model) != manifest.get("weights_sha256"):
-        raise CorruptCacheEntry(f"{entry}: weights differ from the ones converted")
+    if not digest_still_holds(entry, manifest.get("weights_sha256")):
+        if weights_digest(model) != manifest.get("weights_sha256"):
+            raise CorruptCacheEntry(f"{entry}: weights differ from the ones converted")
+        remember_digest(entry, manifest["weights_sha256"])
     model.unsee_weights_sha256 = manifest["weights_sha256"]
     if tokenizer_digest(tok) != manifest.get("tokenizer_sha256"):
         raise CorruptCacheEntry(f"{entry}: tokenizer differs from the one converted")
     return model, tok
+
+
+VERIFIED = "unsee-verified.json"  # the weights digest an earlier read checked, by file, size and mtime
+
+
+def _weight_files(entry: Path) -> dict:
+    return {f.name: [f.stat().st_size, f.stat().st_mtime_ns] for f in sorted(entry.glob("*.safetensors"))}
+
+
+def digest_still_holds(entry: Path, digest: str | None) -> bool:
+    """Did an earlier read check `digest` against these very weight files (same names, sizes and
+    modification times)? Then hashing the loaded weights again (~0.5 s for SmolLM2) is skipped."""
+    try:
+        doc = json.loads((entry / VERIFIED).read_text())
+        return bool(digest) and doc.get("weights_sha256") == digest and doc.get("files") == _weight_files(entry) != {}
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def remember_digest(entry: Path, digest: str) -> None:
+    """Record that the weight files as they are now hash to `digest` (atomically; best effort)."""
+    try:
+        tmp = entry / f".{VERIFIED}.{os.getpid()}{TMP_SUFFIX}"
+        tmp.write_text(json.dumps({"weights_sha256": digest, "files": _weight_files(entry)}))
+        os.replace(tmp, entry / VERIFIED)
+    except OSError:
+        pass
 
 
 def discard(folder: Path) -> None:

@@ -580,9 +580,8 @@ def cost_law(model: str = "tiny-llama", T: int = 16, indeps=(0.0, 0.25, 0.5, 0.7
     f_tok = fit(xs, [r["B7"]["recomputed"] for r in taus]) if taus else None
     f_tr = fit(xs, [r["B7"]["transitions"] for r in taus]) if taus else None
     f_alg1 = fit(xs, [r["B7-decode"]["recomputed"] for r in taus]) if taus and "B7-decode" in sweep_methods else None
-    if shape == "short":
-        paper_T = max(T, PAPER_SUFFIX + 1)
-        paper_tau = paper_T - PAPER_SUFFIX  # the paper's shape: 12 turns past the target
+    if shape == "short":  # the paper's shape: 12 turns past the target, where T allows (--T is honoured)
+        paper_T, paper_tau = T, max(1, T - PAPER_SUFFIX)
     else:
         paper_T, paper_tau = T, T - AGENT_SUFFIX + 1  # 12 turns before the end: suffix 12
     rows = indep_sweep(model, paper_T, paper_tau, list(indeps), reply, repeats, on_point, shape)
@@ -615,10 +614,10 @@ def cost_law(model: str = "tiny-llama", T: int = 16, indeps=(0.0, 0.25, 0.5, 0.7
         doc["load_seconds"] = row["B7"]["load_seconds"]
     if not sweep_tau:
         doc["flat_in_T"] = []
-    elif shape == "short":
-        doc["flat_in_T"] = flat_in_T(model, FLAT_SUFFIX, FLAT_TS, reply)
+    elif shape == "short":  # sessions of every length in FLAT_TS up to T, and T itself
+        doc["flat_in_T"] = flat_in_T(model, min(FLAT_SUFFIX, T), sorted({t for t in FLAT_TS if t <= T} | {T}), reply)
     else:
-        doc["flat_in_T"] = flat_in_T(model, AGENT_SUFFIX, sorted({16, 32, T}), reply, shape)
+        doc["flat_in_T"] = flat_in_T(model, AGENT_SUFFIX, sorted({t for t in (16, 32) if t <= T} | {T}), reply, shape)
     doc["provenance"] = provenance_overhead(model, T, reply, shape)
     doc["closure_query"] = closure_timing(closure_sizes)
     return doc
@@ -660,19 +659,19 @@ def plot(doc: dict, path) -> list[str]:
     else:
         ax[0].set_xlabel("injection step τ")
     if sweep:
-        ax[0].set_ylabel("tokens recomputed")
+        ax[0].set_ylabel("tokens computed (every forward)")
         a1 = doc.get("fit_algorithm1")
         ax[0].set_title(f"cost vs τ ({doc.get('shape', 'short')}, T={doc['T']}, {doc['model']}); "
                         f"B7 fit R²={doc['fit']['r2']:.4f}" + (f", B7-decode R²={a1['r2']:.4f}" if a1 else ""),
                         fontsize=9)
-        ax[0].legend()
+        ax[0].legend(loc="best", fontsize=8, framealpha=0.6)
     ind = [r["indep"] for r in doc["indep_sweep"]]
     for m, style in (("B5", "s-"), ("B5'", "^-"), ("B7", "o-"), ("B7-oracle", "d--")):
         ax[1].plot(ind, [r[m]["tokens_decoded"] for r in doc["indep_sweep"]], style, label=m)
     ax[1].set_xlabel("indep (fraction of post-τ turns independent of z)")
     ax[1].set_ylabel("tokens decoded")
     ax[1].set_title(f"decode cost vs indep (T={doc['paper_shape']['T']}, τ={doc['paper_shape']['tau']})")
-    ax[1].legend()
+    ax[1].legend(loc="best", fontsize=8, framealpha=0.6)
     if cross:
         import numpy as np
 
@@ -690,7 +689,7 @@ def plot(doc: dict, path) -> list[str]:
         ax[2].set_title(f"fresh process, suffix {r0['suffix']}: B7 re-materializes "
                         f"{r0['B7']['tokens_rematerialized']} tokens"
                         + ("" if restored is None else f", restores {restored}"), fontsize=9)
-        ax[2].legend()
+        ax[2].legend(loc="best", fontsize=8, framealpha=0.6)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
