@@ -73,7 +73,7 @@ def _kit_command_exists(line: str) -> None:
 
 def test_readme_is_a_short_front_door():
     text = README.read_text()
-    assert len(text.splitlines()) <= 150
+    assert len(text.splitlines()) <= 185
     assert readme_commands(text)[:2] == list(SETUP)
     assert "Forgetting Without Restarting: Execution-State Unlearning for Stateful LLM" in " ".join(text.split())
     for word in ("format 1", "used to", "p =", "p-value", "budget"):
@@ -121,9 +121,22 @@ def test_every_readme_command_runs(tmp_path, monkeypatch):
 
 def test_readme_python_example_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    (code,) = _blocks(README.read_text(), "python")
+    code, _ = _blocks(README.read_text(), "python")
     exec(compile(code, "README.md", "exec"), {})
     assert (tmp_path / "agent.db").exists()
+
+
+def test_readme_langgraph_example_makes_a_prebuilt_agent_forgettable(tmp_path, monkeypatch):
+    """The README's LangGraph section, verbatim: a create_react_agent with its own two tools."""
+    monkeypatch.chdir(tmp_path)
+    _, code = _blocks(README.read_text(), "python")
+    assert len(code.splitlines()) <= 25
+    env: dict = {}
+    exec(compile(code, "README.md", "exec"), env)
+    r = env["receipt"]
+    assert (r.tau, r.T, r.checkpoint, r.transitions) == (2, 3, 1, 2)
+    stored = b"".join(p.read_bytes() for p in tmp_path.glob("agent.sqlite*"))
+    assert b"diabetes" not in stored and b"I need a doctor" in stored
 
 
 def _cli_reference():
