@@ -252,7 +252,7 @@ class UnseeChatModel(BaseChatModel):
             head, between = tuple(tpl.header("plan")), ()
             spelled = {t.name: (tpl.word(t.name),) for t in tools}
         seqs = list(spelled.values())
-        if any(a != b and a == b[:len(a)] for a in seqs for b in seqs):
+        if len(set(seqs)) < len(seqs) or any(a != b and a == b[:len(a)] for a in seqs for b in seqs):
             raise UnseeError(f"the bound tools' names {sorted(spelled)} are not prefix-free in this tokenizer; "
                              "rename one so no name's tokens begin another's")
         segs = [len(head)]
@@ -281,9 +281,8 @@ class UnseeChatModel(BaseChatModel):
         text = json_text(tpl, reply)
         meta = {"unsee": {"tokens": list(toks), "segments": segs}}
         call_id = f"call-{mid[:16]}"
-        try:
-            args = tool.arguments.validate(text) if hasattr(tool.arguments, "validate") else json.loads(text)
-        except Exception:
+        args = tool.arguments.validate(text)  # None: the arguments did not close within arg_tokens
+        if args is None:
             return AIMessage(content="", id=f"ai-{mid[:16]}", additional_kwargs=meta,
                              invalid_tool_calls=[{"name": tool.name, "args": text, "id": call_id,
                                                   "error": f"the arguments did not close within {self.arg_tokens} "

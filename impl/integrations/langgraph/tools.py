@@ -134,17 +134,20 @@ class MarkedTool(BaseTool):
         args_json = canonical(self._visible(input["args"]))
         replay = REPLAY.get()
         turn = replay.turn if replay is not None else _current_turn(config)
-        seen = replay.seen if replay is not None else {}
         key = call_key(turn, self.name, args_json)
-        if self.kind == CONSEQUENTIAL:
-            k = seen[key] = seen.get(key, 0) + 1
+        if self.kind == CONSEQUENTIAL:  # the k-th identical call of a turn is `key#k`
+            if replay is None:
+                world = World(config["configurable"]["__pregel_checkpointer"])
+                k = 1 + sum(e.call_id.split("#")[0] == key for e in world.entries(config["configurable"]["thread_id"]))
+            else:
+                k = replay.seen[key] = replay.seen.get(key, 0) + 1
             if k > 1:
                 key += f"#{k}"
         if replay is None:
             out = self.inner.invoke(input, config, **kwargs)
             if self.kind == CONSEQUENTIAL:
                 text = out.content if isinstance(out, ToolMessage) else str(out)
-                World(config["configurable"]["__pregel_checkpointer"]).fire(
+                world.fire(
                     config["configurable"]["thread_id"], LedgerEntry(key, self.name, args_json, turn), str(text))
             return _named(out, input["id"])
         if self.kind == READ_ONLY:
