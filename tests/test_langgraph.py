@@ -136,12 +136,23 @@ def test_forget_equals_a_fresh_thread_bit_for_bit(forgotten):
 
 
 def test_forget_replays_T_minus_tau_plus_one_turns(forgotten):
-    rt, _, r, _, _, _, _ = forgotten
+    rt, _, r, _, _, _, kind = forgotten
     assert (r.tau, r.T, r.checkpoint) == (3, 5, 2)
+    if kind == "react":  # every model turn of the replay is on the new branch (no summary leaves it)
+        written = [m for t in L.lineage(rt.saver, rt.thread_id) for m in t.checkpoint["channel_values"].get("messages") or []
+                   if isinstance(m, AIMessage)]
+        assert r.replies == len({m.id for m in written}) - len({m.id for m in before_tau(rt, r)}) > 0
+    assert 0 <= r.replies_skipped <= r.replies
     assert r.transitions == r.T - r.tau + 1 == len(r.replayed) == 3
     assert rt.invocations == r.T + r.transitions
     assert list(rt.observations) == [o.without(frozenset({"med"})) for o in episode()]
     assert r.exactness == "checked"
+
+
+def before_tau(rt, r) -> list:
+    """The model's messages in R_c, the state the forget forked from."""
+    end = L.turns(rt.saver, rt.thread_id)[r.checkpoint - 1].end
+    return [m for m in end.checkpoint["channel_values"]["messages"] if isinstance(m, AIMessage)]
 
 
 def test_no_consequential_call_fires_again(forgotten):

@@ -29,6 +29,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict
 
+from unsee.impl.integrations.langgraph.tools import REPLAY
 from unsee.model.lm import draws as seeded_draws
 from unsee.model.session import UnseeError
 
@@ -194,7 +195,8 @@ class UnseeChatModel(BaseChatModel):
         """The tool list as the system block the chat template puts in front of a conversation."""
         tok = getattr(self.context.template, "tok", None)
         listing = "\n".join(json.dumps(s, sort_keys=True) for s in specs)
-        if tok is not None:  # ChatML (SmolLM2): the tools the way Hermes/Qwen-style templates list them
+        if tok is not None:  # ChatML: SmolLM2's template has no tools section (apply_chat_template drops
+            # `tools=`), so the list is a system block the way Hermes/Qwen-style ChatML templates write it
             text = ("You are a function calling AI model. You may call one of these functions:\n<tools>\n"
                     f"{listing}\n</tools>\nFor a call, write <tool_call>\n{{\"name\": <function-name>, "
                     "\"arguments\": <args-json-object>}")
@@ -225,7 +227,12 @@ class UnseeChatModel(BaseChatModel):
                 raise UnseeError("a model turn writes at least one token")
             head = tuple(ctx.template.header("reply"))
             ctx.engine.prefill(head)
-            reply, _, _ = ctx.engine.fixed_point(n, self._draws(key, "reply", n), exact_rows=ctx.exact_rows)
+            replay = REPLAY.get()
+            draft = replay.draft("reply") if replay is not None else None
+            reply, decoded, _ = ctx.engine.fixed_point(n, self._draws(key, "reply", n), draft=draft,
+                                                       exact_rows=ctx.exact_rows)
+            if replay is not None:
+                replay.wrote(decoded)
             toks, seg = head + tuple(reply), (len(head), len(reply))
             mid = ctx.push(toks, seg)
             msg = AIMessage(content=ctx.template.detokenize(reply), id=f"ai-{mid[:16]}",
@@ -273,8 +280,12 @@ class UnseeChatModel(BaseChatModel):
             e.prefill(between)
             segs.append(len(between))
         g = grammar(tpl, tool, ctx.vocab)
-        reply, _, _ = e.fixed_point_under(self.arg_tokens, self._draws(key, "arguments", self.arg_tokens), None, g,
-                                          exact_rows=ctx.exact_rows)
+        replay = REPLAY.get()
+        draft = replay.draft("call") if replay is not None else None
+        reply, decoded, _ = e.fixed_point_under(self.arg_tokens, self._draws(key, "arguments", self.arg_tokens), draft,
+                                                g, exact_rows=ctx.exact_rows)
+        if replay is not None:
+            replay.wrote(decoded)
         segs.append(len(reply))
         toks = head + name + between + tuple(reply)
         mid = ctx.push(toks, segs)

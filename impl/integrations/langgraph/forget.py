@@ -160,6 +160,24 @@ def _recorded(tuples) -> dict:
     return out
 
 
+def drafts_of(tuples) -> dict:
+    """turn → [(kind, tokens)]: the replies UnseeChatModel wrote on a branch (kind "call": a tool
+    call's JSON arguments, "reply": a text reply), in order, for a replay to check as drafts."""
+    out: dict = {}
+    seen: set = set()
+    turn = 0
+    for t in tuples:
+        turn += t.metadata.get("source") == "input"
+        for m in t.checkpoint.get("channel_values", {}).get("messages") or []:
+            meta = m.additional_kwargs.get("unsee") or {} if isinstance(m, AIMessage) else {}
+            if m.id in seen or "tokens" not in meta:
+                continue
+            seen.add(m.id)
+            kind = "call" if m.tool_calls or m.invalid_tool_calls else "reply"
+            out.setdefault(turn, []).append((kind, meta["tokens"][-meta["segments"][-1]:]))
+    return out
+
+
 def forget(graph, thread_id: str, sources: Sequence[str], method: str = "B7", checkpoint: int | None = None,
            erase: bool = True, _fork_offset: int = 0) -> ThreadReceipt:
     """Forget `sources` from a thread: fork from R_c (c: the last boundary before τ, or the forced
@@ -191,7 +209,7 @@ def forget(graph, thread_id: str, sources: Sequence[str], method: str = "B7", ch
     old = lineage(saver, thread_id)
     how = exactness([m for t in old for m in t.checkpoint.get("channel_values", {}).get("messages") or []])
     replay = Replay(recorded=_recorded(old), committed={e.call_id: e for e, _ in rows},
-                    results={e.call_id: r for e, r in rows})
+                    results={e.call_id: r for e, r in rows}, drafts=drafts_of(old) if method == "B7" else {})
     replayed = []
     cfg = config_at(thread_id, hist, c)  # line 5: the fork
     token = REPLAY.set(replay)
@@ -212,8 +230,9 @@ def forget(graph, thread_id: str, sources: Sequence[str], method: str = "B7", ch
     erased = erase_branches(saver, thread_id) if erase else {"checkpoints_deleted": 0, "writes_deleted": 0}
     head = turns(saver, thread_id)[-1].end
     fork = "" if c == 0 else hist[c - 1].end.config["configurable"]["checkpoint_id"]
-    return ThreadReceipt(tuple(sources), method, tau, len(log), c, len(replayed), 0, 0, 0, time.perf_counter() - t0,
-                         {}, tuple(sorted(taint)), tuple(comp), tuple(dedup), tuple(replayed),
+    return ThreadReceipt(tuple(sources), method, tau, len(log), c, len(replayed), 0, replay.decoded, 0,
+                         time.perf_counter() - t0, {}, tuple(sorted(taint)), tuple(comp), tuple(dedup), tuple(replayed),
+                         replies=replay.replies, replies_skipped=replay.skipped,
                          thread_id=thread_id, exactness=how, fork_checkpoint_id=fork,
                          head_checkpoint_id=head.config["configurable"]["checkpoint_id"],
                          checkpoints_deleted=erased["checkpoints_deleted"], writes_deleted=erased["writes_deleted"],

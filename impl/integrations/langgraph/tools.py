@@ -51,6 +51,24 @@ class Replay:
     effects: list = field(default_factory=list)  # the counterfactual's consequential calls, none fired
     seen: dict = field(default_factory=dict)  # call key → how often this turn made it
     served: int = 0  # read-only calls answered from the record
+    drafts: dict = field(default_factory=dict)  # turn → [(kind, tokens)]: the forgotten branch's replies, in order
+    replies: int = 0  # model turns the replay wrote with UnseeChatModel
+    skipped: int = 0  # of which the recorded draft was F's reply: one prefill checked it, nothing decoded
+    decoded: int = 0  # tokens decoded one forward each
+
+    def draft(self, kind: str):
+        """The next recorded reply of this kind in this turn (a draft: checked, never trusted), or None."""
+        queue = self.drafts.get(self.turn) or []
+        for i, (k, toks) in enumerate(queue):
+            if k == kind:
+                del queue[i]
+                return toks
+        return None
+
+    def wrote(self, decoded: int) -> None:
+        self.replies += 1
+        self.skipped += decoded == 0
+        self.decoded += decoded
 
 
 REPLAY: contextvars.ContextVar[Replay | None] = contextvars.ContextVar("unsee_replay", default=None)
