@@ -8,7 +8,7 @@ context, so a replay writes what a fresh thread writes.
 
 Bound with `bind_tools(tools)` (LangChain tools, functions or JSON schemas: names, descriptions
 and argument schemas through `convert_to_openai_tool`), the tool list is a system block in
-front of the conversation, and after a user's message the model writes one tool call: the tool
+front of the conversation, and after a user's message (kind "user") the model writes one tool call: the tool
 chosen among the bound names (a constrained choice, token by token), then its arguments as
 JSON under the tool's schema (`unsee.impl.engine.grammar`, a fixed point like any reply). After
 a tool's result it answers in text, so a ReAct loop ends. `tool_choice="none"` answers at once.
@@ -218,7 +218,9 @@ class UnseeChatModel(BaseChatModel):
         choice = kw.get("tool_choice")
         units = ([self.tools_block(specs)] if specs else []) + [ctx.render(m) for m in messages]
         key = ctx.sync(units)
-        calling = bool(specs) and choice != "none" and messages and not isinstance(messages[-1], (ToolMessage, AIMessage))
+        # a call answers a user's message; after a tool's result (or a system block) the model answers in text
+        calling = bool(specs) and choice != "none" and bool(messages) and isinstance(messages[-1], HumanMessage) \
+            and kind_of(messages[-1]) == "user"
         if calling:
             msg = self._call(specs, choice, key)
         else:
