@@ -44,9 +44,19 @@ FOOTER = """## Episode files
 - `text`: what the observation says.
 - `reply`: how many tokens the model decodes after it (default `--max-new-tokens` for user
   lines, 0 otherwise).
-- `tool`: `lookup` (read-only, runs now) or `send` (consequential: planned now, committed at the
-  next transition and recorded in the side-effect ledger).
+- `tool`: a tool the agent calls after its reply: the model writes the call's arguments as JSON
+  under the tool's schema. `lookup` (`{"key": 0..3}`, read-only: runs now) and `send`
+  (`{"key": 0..3, "value": "…"}`, consequential: planned now, committed at the next transition and
+  recorded in the side-effect ledger) always exist.
 - `compact`: the model writes a summary that replaces the older context.
+
+A line `{"tools": [...]}` (not an observation) declares more tools, each as
+`{"name", "description", "parameters": <JSON schema>, "consequential": true|false}`. Schemas may use
+objects, strings (`minLength`, `maxLength`), integers (`minimum`, `maximum`), booleans and `enum`:
+
+```json
+{"tools": [{"name": "ship_gift", "consequential": true, "parameters": {"type": "object", "properties": {"address": {"type": "string", "maxLength": 48}}}}]}
+```
 
 ## The receipt
 

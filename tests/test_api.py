@@ -3,8 +3,10 @@
 import pytest
 
 from unsee.impl.store.session import Agent
-from unsee.impl.store.sqlite import StoreError
+from unsee.impl.store.errors import StoreError
 from unsee.model import Observation, Part
+
+pytestmark = pytest.mark.tiny
 
 
 def obs(kind, source, text, **kw):

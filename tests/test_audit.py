@@ -2,11 +2,14 @@
 
 import pytest
 
-from unsee.impl.experiments.audit import audit_episode, mcnemar_exact, tost
+from unsee.impl.experiments.audit import audit_episode
+from unsee.impl.experiments.statistics import mcnemar_exact, tost
 from unsee.impl.engine.runtime import KVRuntime
 from unsee.impl.experiments.cases import memory_case
 from unsee.model import Config
 from unsee.model.tools import SHIP_GIFT
+
+pytestmark = pytest.mark.tiny
 
 LEAKY = ("B1", "B2", "B3", "B4", "B6", "B8")
 
@@ -207,7 +210,8 @@ def test_leaks_are_broken_down_by_suite_and_by_kind_of_fact():
 def test_the_paired_tests_cover_the_probes_and_the_choice():
     """McNemar on any leak, on Leak@probes and (a preference suite) on the avoid choice, each
     paired with B5 episode by episode; an older result without the new columns still renders."""
-    from unsee.impl.experiments.audit import mcnemar_exact, summarize
+    from unsee.impl.experiments.audit import summarize
+    from unsee.impl.experiments.statistics import mcnemar_exact
     from unsee.impl.experiments.reports import audit_tabs
 
     b5 = [dict(_row(0.0), avoid_rate=1.0) for _ in range(12)]

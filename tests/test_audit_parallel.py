@@ -17,6 +17,8 @@ from unsee.impl.experiments.cases import memory_case
 from unsee.model import Config
 from unsee.model.tools import SHIP_GIFT
 
+pytestmark = pytest.mark.tiny
+
 N = 6
 
 
@@ -293,6 +295,7 @@ def test_a_journal_keeps_finished_episodes_and_a_rerun_reuses_them(serial, tmp_p
     """An audit stopped after its first episode keeps that episode on disk; the same audit run
     again with the journal runs only the second and gives the serial run's result."""
     import unsee.impl.experiments.audit as A
+    import unsee.impl.experiments.journal as J
 
     path = tmp_path / "audit.jsonl"
     real, calls = A._episode_job, []
@@ -317,23 +320,23 @@ def test_a_journal_keeps_finished_episodes_and_a_rerun_reuses_them(serial, tmp_p
     assert _strip(doc) == _strip(serial)
     again = run_audit("tiny-llama", "memory", 2, METHODS, seed=4, n_tokens=4, journal=path)
     assert ran == [5] and again["run"]["episodes_run"] == 0 and _strip(again) == _strip(serial)
-    with pytest.raises(A.JournalError, match="seed: 4 there, 5 here"):
+    with pytest.raises(J.JournalError, match="seed: 4 there, 5 here"):
         run_audit("tiny-llama", "memory", 2, METHODS, seed=5, n_tokens=4, journal=path)
     one = run_audit("tiny-llama", "memory", 1, METHODS, seed=4, n_tokens=4, journal=path)
     assert ran == [5] and one["run"]["episodes_from_journal"] == 1  # fewer episodes: the journal's first
     assert one["per_episode"]["B7"] == serial["per_episode"]["B7"][:1]
     lines = path.read_text().splitlines()
     path.write_text("\n".join([lines[0], lines[1].replace("memory-iban-4", "memory-iban-9"), *lines[2:]]) + "\n")
-    with pytest.raises(A.JournalError, match="its episode 0 is 'memory-iban-9'"):
+    with pytest.raises(J.JournalError, match="its episode 0 is 'memory-iban-9'"):
         run_audit("tiny-llama", "memory", 2, METHODS, seed=4, n_tokens=4, journal=path)
     header = json.loads(lines[0])
-    held = A.Journal(path, header, ["memory-iban-9"])  # an audit running on it now
+    held = J.Journal(path, header, ["memory-iban-9"])  # an audit running on it now
     try:
-        with pytest.raises(A.JournalError, match="in use by another audit"):
-            A.Journal(path, header, ["memory-iban-9"])
+        with pytest.raises(J.JournalError, match="in use by another audit"):
+            J.Journal(path, header, ["memory-iban-9"])
     finally:
         held.close()
-    A.Journal(path, header, ["memory-iban-9"]).close()  # free again once that audit ends
+    J.Journal(path, header, ["memory-iban-9"]).close()  # free again once that audit ends
 
 
 def test_a_stopped_parallel_audit_leaves_no_worker_running(tmp_path, monkeypatch):
@@ -341,7 +344,7 @@ def test_a_stopped_parallel_audit_leaves_no_worker_running(tmp_path, monkeypatch
     (before, a stopped parent left them decoding), and the journal keeps what finished."""
     import multiprocessing
 
-    import unsee.impl.experiments.audit as A
+    import unsee.impl.experiments.journal as J
 
     path = tmp_path / "audit.jsonl"
 
@@ -352,4 +355,4 @@ def test_a_stopped_parallel_audit_leaves_no_worker_running(tmp_path, monkeypatch
         run_audit("tiny-llama", "memory", 4, METHODS, seed=4, n_tokens=4, workers=2, journal=path, on_episode=stop)
     assert multiprocessing.active_children() == []
     assert len(path.read_text().splitlines()) == 2  # the header and the episode that finished
-    A.Journal(path, json.loads(path.read_text().splitlines()[0]), []).close()  # and the journal is free
+    J.Journal(path, json.loads(path.read_text().splitlines()[0]), []).close()  # and the journal is free

@@ -28,6 +28,7 @@ def _run(benchmark, live, op):
     return out
 
 
+@pytest.mark.tiny
 @pytest.mark.parametrize("tau", [2, 5, 9])
 def test_selective_replay_invokes_F_T_minus_tau_plus_1_times(benchmark, sessions, tau):
     out = _run(benchmark, sessions[tau], lambda s: selective_replay(s, ["z"], drafts=False))
@@ -35,6 +36,7 @@ def test_selective_replay_invokes_F_T_minus_tau_plus_1_times(benchmark, sessions
     assert out["decoded"] == 4 * (T - tau)  # every post-τ user turn decodes 4 tokens; o_τ^{-z} is empty
 
 
+@pytest.mark.tiny
 @pytest.mark.parametrize("tau", [2, 5, 9])
 def test_selective_replay_decodes_only_the_replies_the_target_changed(benchmark, sessions, tau):
     out = _run(benchmark, sessions[tau], lambda s: selective_replay(s, ["z"]))
@@ -44,6 +46,7 @@ def test_selective_replay_decodes_only_the_replies_the_target_changed(benchmark,
     assert changed <= out["decoded"] == r.tokens_decoded <= 4 * changed
 
 
+@pytest.mark.tiny
 @pytest.mark.parametrize("tau", [2, 9])
 def test_full_reset_invokes_F_T_times(benchmark, sessions, tau):
     out = _run(benchmark, sessions[tau], lambda s: full_reset(s, ["z"]))
@@ -51,12 +54,14 @@ def test_full_reset_invokes_F_T_times(benchmark, sessions, tau):
     assert out["decoded"] == 4 * (T - 2)  # all user turns but the system prompt and the empty o_τ
 
 
+@pytest.mark.tiny
 @pytest.mark.parametrize("c", [1, 3])
 def test_coarser_checkpoint_invokes_F_T_minus_c_times(benchmark, sessions, c):
     out = _run(benchmark, sessions[5], lambda s: selective_replay(s, ["z"], checkpoint=c))
     assert out["r"].transitions == T - c
 
 
+@pytest.mark.tiny
 def test_prefix_cached_reset_reuses_the_clean_prompt_blocks(benchmark, sessions):
     live = sessions[9]
     cold = _run(benchmark, live, lambda s: full_reset(s, ["z"]))
@@ -70,6 +75,7 @@ def test_prefix_cached_reset_reuses_the_clean_prompt_blocks(benchmark, sessions)
     assert e.tokens_decoded - d0 == cold["decoded"]  # decoding is always computed
 
 
+@pytest.mark.tiny
 def test_b7_cost_is_linear_in_the_suffix():
     xs = [T - tau + 1 for tau in range(1, T + 1)]
     ys = []
@@ -83,6 +89,7 @@ def test_b7_cost_is_linear_in_the_suffix():
     assert fit(xs, ys)["r2"] >= 0.999
 
 
+@pytest.mark.heavy
 def test_taint_closure_on_a_large_graph(benchmark):
     g, mid = synthetic_graph(100_000)
     closure = benchmark.pedantic(taint_closure, args=(g, [mid]), rounds=3, iterations=1)
@@ -93,6 +100,7 @@ def test_taint_closure_on_a_large_graph(benchmark):
 
 # --- the agent shape: a function-calling session, in process and across processes ---
 
+@pytest.mark.tiny
 def test_agent_session_has_the_agent_shape():
     import json
 
@@ -119,6 +127,7 @@ def test_agent_session_has_the_agent_shape():
     assert agent_session() == (obs, independent)  # deterministic
 
 
+@pytest.mark.tiny
 def test_agent_session_marks_the_last_post_tau_turns_independent():
     from unsee.impl.experiments.bench import agent_session
 
@@ -132,6 +141,7 @@ def test_agent_session_marks_the_last_post_tau_turns_independent():
         agent_session(50, 1, 0.0, 4)
 
 
+@pytest.mark.tiny
 def test_agent_sweep_taus():
     from unsee.impl.experiments.bench import sweep_taus
 
@@ -165,6 +175,7 @@ def agent_sweep():
     return tau_sweep("tiny-llama", AGENT_SMALL_T, 2, 1, shape="agent")
 
 
+@pytest.mark.tiny
 def test_agent_shape_in_process_counts(agent_sweep):
     from unsee.impl.experiments.bench import AGENT_SUFFIX
 
@@ -192,6 +203,7 @@ def test_agent_shape_in_process_counts(agent_sweep):
     assert fit(xs, [r["B7-decode"]["recomputed"] for r in agent_sweep])["r2"] >= 0.99
 
 
+@pytest.mark.tiny
 def test_agent_shape_indep_sweep_is_exact_at_suffix_12():
     from unsee.impl.experiments.bench import indep_sweep
 
@@ -239,6 +251,7 @@ def test_agent_shape_across_processes(tmp_path):
     assert doc["tokens_rematerialized"] == doc["cross_process"][0]["B7"]["tokens_rematerialized"]
 
 
+@pytest.mark.tiny
 def test_the_bench_reports_render_every_committed_result():
     """`unsee bench cost-law` and `bench store` print what `reports` builds from their JSON; the
     committed results (short and agent shape, in process and across processes) all render, to the

@@ -52,3 +52,25 @@ def test_off_a_terminal_long_commands_print_progress_lines(tmp_path):
     assert "0 episodes run" in again.stdout
     doc = json.loads((tmp_path / "a.json").read_text())  # the rows are the journal's, the JSON the summary
     assert "per_episode" not in doc and doc["per_episode_in"] == str(tmp_path / "j.jsonl") and doc["methods"]["B7"]
+
+
+def command_summaries() -> dict[str, str]:
+    """Each command's summary as `unsee --help` lists it: the first paragraph of its help."""
+    import typer
+
+    group = typer.main.get_command(app)
+    out = {}
+    for name, cmd in group.commands.items():
+        subs = getattr(cmd, "commands", {})
+        for sub, c in [(name, cmd)] + [(f"{name} {k}", v) for k, v in subs.items()]:
+            out[sub] = (c.help or "").strip().split("\n\n")[0]
+    return out
+
+
+def test_every_command_summary_is_one_sentence_on_one_line():
+    """`unsee --help` lists each command by the first paragraph of its help: a summary that runs
+    over lines is cut mid-sentence there, so each is one line that ends a sentence."""
+    summaries = command_summaries()
+    assert {"prove", "run", "forget", "check", "show", "soak", "bench cost-law"} <= set(summaries)
+    broken = {k: v for k, v in summaries.items() if "\n" in v or not v.endswith(".")}
+    assert not broken, broken

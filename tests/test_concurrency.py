@@ -25,6 +25,8 @@ from unsee.impl.store.episode import write_episode
 from unsee.impl.store.sqlite import Store
 from unsee.model import Observation, Part
 
+pytestmark = pytest.mark.tiny
+
 LOOPS = int(os.environ.get("UNSEE_RACE_LOOPS", "10"))
 EXE = str(Path(sys.executable).parent / "unsee")
 

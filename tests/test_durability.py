@@ -17,7 +17,9 @@ from typer.testing import CliRunner
 from unsee.impl.store.session import open_runtime
 from unsee.impl.cli import app
 from unsee.impl.store.episode import write_episode
-from unsee.impl.store.sqlite import WRITE_POINTS, Failpoint, Store, StoreError
+from unsee.impl.store.errors import StoreError
+from unsee.impl.store.locking import WRITE_POINTS, Failpoint
+from unsee.impl.store.sqlite import Store
 from unsee.model import Config, Observation, Part, ReferenceRuntime
 
 runner = CliRunner()
@@ -82,6 +84,7 @@ def check_ok(db: Path) -> None:
     assert res.exit_code == 0, res.output
 
 
+@pytest.mark.tiny
 @pytest.mark.parametrize("point", WRITE_POINTS)
 def test_failure_at_every_write_point_leaves_old_or_new(tmp_path, point):
     db = make_store(tmp_path, episode())
@@ -103,6 +106,7 @@ def test_failure_at_every_write_point_leaves_old_or_new(tmp_path, point):
     assert len(now["world"]) == len(set(now["world"]))  # no side effect recorded twice
 
 
+@pytest.mark.heavy
 def test_kill_9_at_random_moments_never_leaves_a_half_state(tmp_path):
     rng = random.Random(7)
     exe = str(Path(sys.executable).parent / "unsee")
@@ -130,6 +134,7 @@ def test_kill_9_at_random_moments_never_leaves_a_half_state(tmp_path):
         assert len(now["world"]) == len(set(now["world"]))
 
 
+@pytest.mark.tiny
 @settings(max_examples=12, deadline=None)
 @given(n=st.integers(4, 14), at=st.integers(2, 4), secret=st.sampled_from(
     ["zanzibar quokka 7731", "DE44500105175407324931", "12 Albatross Lane, Hobart"]))
@@ -146,6 +151,7 @@ def test_no_persisted_byte_holds_the_target_after_forget(tmp_path_factory, n, at
     assert secret not in json.dumps(receipts)
 
 
+@pytest.mark.tiny
 def test_agentdojo_injection_is_erased_from_the_store(tmp_path):
     pytest.importorskip("agentdojo")
     from unsee.impl.experiments.agentdojo import TARGET, convert
@@ -160,6 +166,7 @@ def test_agentdojo_injection_is_erased_from_the_store(tmp_path):
     check_ok(db)
 
 
+@pytest.mark.tiny
 def test_concurrent_forgets_are_serialized(tmp_path):
     obs = episode(20)
     obs.insert(8, Observation("memory", (Part("y", "second secret 4455"),)))
@@ -175,6 +182,7 @@ def test_concurrent_forgets_are_serialized(tmp_path):
     check_ok(db)
 
 
+@pytest.mark.tiny
 def test_tampered_log_is_named(tmp_path):
     db = make_store(tmp_path, episode())
     con = sqlite3.connect(db)
@@ -187,6 +195,7 @@ def test_tampered_log_is_named(tmp_path):
     assert res.exit_code == 2 and "observations row(s) of turn 5 do not match their digest" in res.output
 
 
+@pytest.mark.tiny
 def test_tampered_receipt_is_named(tmp_path):
     db = make_store(tmp_path, episode())
     assert runner.invoke(app, ["forget", "--db", str(db), "--source", "z"]).exit_code == 0
@@ -201,6 +210,7 @@ def test_tampered_receipt_is_named(tmp_path):
     assert res.exit_code == 2 and "receipts do not match the store's root digest" in res.output
 
 
+@pytest.mark.tiny
 def test_bad_stores_get_clear_errors(tmp_path):
     db = make_store(tmp_path, episode())
     con = sqlite3.connect(db)
@@ -253,6 +263,7 @@ def test_soak_long_session_with_many_forgets(tmp_path):
     assert not any(f"qx{t}v".encode() in blob for t in range(10, 201, 10))
 
 
+@pytest.mark.tiny
 @pytest.mark.parametrize("point", ["clear", "states", "receipt"])
 def test_process_killed_mid_write_is_rolled_back_and_reported(tmp_path, point):
     db = make_store(tmp_path, episode())
@@ -335,4 +346,5 @@ class StoreWithCrashes(RuleBasedStateMachine):
 
 
 TestStoreWithCrashes = StoreWithCrashes.TestCase
+TestStoreWithCrashes.pytestmark = [pytest.mark.tiny]
 TestStoreWithCrashes.settings = settings(max_examples=8, stateful_step_count=5, deadline=None)

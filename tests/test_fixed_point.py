@@ -30,6 +30,7 @@ def runtime(model, dtype, attn):
     return rt
 
 
+@pytest.mark.tiny
 @pytest.mark.parametrize("model,dtype,attn", CONFIGS)
 def test_rows_are_independent_of_later_tokens(model, dtype, attn):
     rt = runtime(model, dtype, attn)
@@ -38,6 +39,7 @@ def test_rows_are_independent_of_later_tokens(model, dtype, attn):
     assert rt.model.drafts_ok
 
 
+@pytest.mark.tiny
 @pytest.mark.parametrize("model,dtype,attn", CONFIGS)
 def test_every_reply_is_the_fixed_point_of_its_prefill(model, dtype, attn):
     rt = runtime(model, dtype, attn)
@@ -56,6 +58,7 @@ def test_every_reply_is_the_fixed_point_of_its_prefill(model, dtype, attn):
     assert kv_equal(e.kv_tensors(), rt.engine.kv_tensors())  # the reply's K/V are that prefill's
 
 
+@pytest.mark.tiny
 @pytest.mark.parametrize("model", FAMILIES)
 def test_a_recorded_reply_is_accepted_with_no_decoding_and_the_same_bits(model):
     rt = KVRuntime(model)
@@ -78,6 +81,7 @@ def test_a_recorded_reply_is_accepted_with_no_decoding_and_the_same_bits(model):
         assert (m.tokens_decoded == 0) == (skipped == 2)
 
 
+@pytest.mark.tiny
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("model", FAMILIES)
 def test_b7_with_drafts_is_bit_exact_against_a_full_reset(model, dtype):
@@ -92,6 +96,7 @@ def test_b7_with_drafts_is_bit_exact_against_a_full_reset(model, dtype):
     assert r7.tokens_decoded <= r5.tokens_decoded
 
 
+@pytest.mark.tiny
 def test_trusting_the_drafts_unchecked_is_caught():
     """The oracle mode on every post-τ turn: what skipping would be without the check."""
     rt = KVRuntime("tiny-qwen2")
@@ -119,6 +124,7 @@ class Leaky(torch.nn.Module):
         return out
 
 
+@pytest.mark.tiny
 def test_a_backend_that_breaks_row_independence_refuses_skipping_and_stays_exact():
     good = load("tiny-llama")
     bundle = Bundle("leaky", Leaky(good.model).eval(), good.template, good.device, good.dtype)
@@ -136,6 +142,7 @@ def test_a_backend_that_breaks_row_independence_refuses_skipping_and_stays_exact
     assert r7.replies_skipped == 0 and all(compare(b7, b5).values())
 
 
+@pytest.mark.tiny
 def test_a_forget_in_a_new_process_reuses_the_stored_replies(tmp_path):
     ep = tmp_path / "e.jsonl"
     write_episode(ep, EPISODE)

@@ -24,7 +24,10 @@ import pytest
 from typer.testing import CliRunner
 
 from unsee.impl.cli import app
-from unsee.impl.store.sqlite import SCHEMA, Store
+from unsee.impl.store.encoding import SCHEMA
+from unsee.impl.store.sqlite import Store
+
+pytestmark = pytest.mark.tiny
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parent.parent

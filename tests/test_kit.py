@@ -23,6 +23,7 @@ def kit(runtime: str, cwd: Path, *extra: str) -> subprocess.CompletedProcess:
                           env={**os.environ, "PYTHONPATH": str(cwd)})
 
 
+@pytest.mark.heavy
 def test_example_runtime_passes_the_kit():
     p = kit("tiny_runtime:TinyRuntime", ROOT / "docs" / "examples")
     assert p.returncode == 0, p.stdout + p.stderr
@@ -60,6 +61,7 @@ def test_a_runtime_that_raises_is_named_with_a_runnable_trace(tmp_path):
     assert "from unsee.model import Observation, Part" in p.stdout and "method='B5'" in p.stdout
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("mutant", MUTANT_FACTORIES)
 def test_kit_rejects_mutant_with_a_readable_trace(tmp_path, mutant):
     p = kit(f"unsee.specs.runtimes:{mutant}", tmp_path)
@@ -90,6 +92,7 @@ def test_shipped_vectors_match_the_reference_model():
     assert generate() == load_vectors(), "regenerate with: python -m unsee.specs.vectors"
 
 
+@pytest.mark.heavy
 def test_the_guides_example_command_works_verbatim():
     """The guide's command for the example runtime, run as written from docs/examples."""
     import re

@@ -7,6 +7,8 @@ from unsee.impl.engine.exact import ExactnessError
 from unsee.impl.engine.kv import KVEngine
 from unsee.impl.engine.models import load
 
+pytestmark = pytest.mark.tiny
+
 
 @pytest.fixture(scope="module")
 def bundle():

@@ -12,6 +12,7 @@ from unsee.impl.engine.runtime import KVRuntime, kv_factory_for
 from tests.kv_helpers import EPISODE, FAMILIES, assert_b7_equals_b5, drive, kv_factory
 
 
+@pytest.mark.tiny
 @pytest.mark.parametrize("model", FAMILIES)
 def test_random_sessions_forget_exactly_and_optimally(model):
     doc = verify(kv_factory_for(model), examples=12, seed=1, max_ops=8, engine=model)
@@ -19,12 +20,14 @@ def test_random_sessions_forget_exactly_and_optimally(model):
     assert doc["forgets"] > 0 and doc["exact"] == doc["optimal_invocations"] == doc["forgets"]
 
 
+@pytest.mark.tiny
 @pytest.mark.parametrize("model", FAMILIES)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_selective_replay_equals_full_reset_under_torch_equal(model, dtype):
     assert_b7_equals_b5(model, dtype)
 
 
+@pytest.mark.tiny
 @pytest.mark.parametrize("model", FAMILIES)
 def test_every_statement_holds_on_the_real_engine(model):
     ob = S.observe(kv_factory(model), EPISODE, ["z"])
@@ -32,11 +35,13 @@ def test_every_statement_holds_on_the_real_engine(model):
     S.assumption_a1_deterministic_decoding(kv_factory(model, sampling=True, seed=3), EPISODE)
 
 
+@pytest.mark.tiny
 def test_unseeded_sampling_on_the_real_engine_is_an_a1_violation():
     with pytest.raises(S.AssumptionViolated, match="A1"):
         S.assumption_a1_deterministic_decoding(kv_factory("tiny-llama", sampling=True, seed=None), EPISODE)
 
 
+@pytest.mark.tiny
 @pytest.mark.parametrize("policy", ["every", "events", "start"])
 def test_model_and_impl_agree_on_tau_closure_checkpoint_and_counts(policy):
     ref = S.observe(lambda: ReferenceRuntime(Config(), policy), EPISODE, ["z"])
@@ -50,6 +55,7 @@ def test_model_and_impl_agree_on_tau_closure_checkpoint_and_counts(policy):
     assert ref.twin_invocations == kv.twin_invocations == len(EPISODE)
 
 
+@pytest.mark.tiny
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
 def test_mutant_is_caught_on_the_real_engine(mutant):
     cls = type(f"KV{mutant.__name__}", (mutant, KVRuntime), {})

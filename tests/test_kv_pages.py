@@ -57,6 +57,7 @@ def restore_every_checkpoint(tmp_path, model, dtype, episode=EPISODE, config=Con
     return out
 
 
+@pytest.mark.tiny
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("model", FAMILIES)
 def test_pages_restore_the_resident_cache_bit_for_bit(tmp_path, model, dtype):
@@ -66,6 +67,7 @@ def test_pages_restore_the_resident_cache_bit_for_bit(tmp_path, model, dtype):
     assert all(eq for _, _, eq in rows), rows  # includes the boundary after the compaction
 
 
+@pytest.mark.tiny
 def test_a_missing_page_is_recomputed_and_counted(tmp_path):
     rt, resident = run_recording("tiny-llama", "float32")
     db = tmp_path / "s.db"
@@ -81,6 +83,7 @@ def test_a_missing_page_is_recomputed_and_counted(tmp_path):
     st.close()
 
 
+@pytest.mark.tiny
 @pytest.mark.parametrize("model", FAMILIES)
 def test_compaction_keeps_the_system_blocks_rows_with_the_same_bits(model):
     """Same tokens at the same positions give the same bits: the rebuild that keeps the
@@ -100,6 +103,7 @@ def test_compaction_keeps_the_system_blocks_rows_with_the_same_bits(model):
     assert kept._meter.tokens_prefilled == recomputed._meter.tokens_prefilled - system
 
 
+@pytest.mark.tiny
 @pytest.mark.parametrize("pages", ["keep", "none"])
 def test_forget_in_a_new_process_reads_pages_instead_of_recomputing(tmp_path, pages):
     ep = tmp_path / "e.jsonl"
@@ -118,6 +122,7 @@ def test_forget_in_a_new_process_reads_pages_instead_of_recomputing(tmp_path, pa
     unsee("check", "--db", db)
 
 
+@pytest.mark.tiny
 def test_forget_through_the_store_is_bit_exact_against_a_full_reset(tmp_path):
     rt, _ = run_recording("tiny-qwen2", "float32")
     twin = KVRuntime("tiny-qwen2")
@@ -142,6 +147,7 @@ def test_forget_through_the_store_is_bit_exact_against_a_full_reset(tmp_path):
     st.close()
 
 
+@pytest.mark.tiny
 def test_no_byte_of_the_targets_kv_rows_survives_a_forget(tmp_path):
     rt, _ = run_recording("tiny-llama", "float32")
     r3 = rt.session.states[3]
@@ -166,6 +172,7 @@ def test_no_byte_of_the_targets_kv_rows_survives_a_forget(tmp_path):
                 assert rt.model.pages[k][-1].contiguous().numpy().tobytes() not in blob, (t, b)
 
 
+@pytest.mark.tiny
 def test_a_kill_while_writing_pages_leaves_the_old_session(tmp_path):
     import os
     import subprocess

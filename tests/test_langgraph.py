@@ -120,6 +120,7 @@ def calls_in(rt) -> list[dict]:
     return list(seen.values())
 
 
+@pytest.mark.tiny
 def test_forget_equals_a_fresh_thread_bit_for_bit(forgotten):
     rt, twin, r, before, _, _, kind = forgotten
     assert R.same_thread(rt, twin) == []
@@ -135,6 +136,7 @@ def test_forget_equals_a_fresh_thread_bit_for_bit(forgotten):
     assert not any(SECRET in str(m.content) for m in va["messages"])
 
 
+@pytest.mark.tiny
 def test_forget_replays_T_minus_tau_plus_one_turns(forgotten):
     rt, _, r, _, _, _, kind = forgotten
     assert (r.tau, r.T, r.checkpoint) == (3, 5, 2)
@@ -155,6 +157,7 @@ def before_tau(rt, r) -> list:
     return [m for m in end.checkpoint["channel_values"]["messages"] if isinstance(m, AIMessage)]
 
 
+@pytest.mark.tiny
 def test_no_consequential_call_fires_again(forgotten):
     rt, twin, r, before, _, tools, _ = forgotten
     assert tools.runs["book_appointment"] == before["runs"]["book_appointment"] > 0
@@ -167,6 +170,7 @@ def test_no_consequential_call_fires_again(forgotten):
             assert args is None or set(args) == {"doctor", "reason"}
 
 
+@pytest.mark.tiny
 def test_no_target_byte_stays_in_the_checkpointer_file(forgotten):
     rt, _, r, before, path, _, _ = forgotten
     assert SECRET.encode() in before["bytes"], "the target was in the file before the forget"
@@ -187,6 +191,7 @@ def llm():
     return L.UnseeChatModel.from_model("tiny-llama")
 
 
+@pytest.mark.tiny
 def test_bind_tools_puts_names_descriptions_and_schemas_in_the_prompt(llm):
     tools = Counted().tools
     specs = [convert_to_openai_tool(t) for t in tools]
@@ -204,6 +209,7 @@ def test_bind_tools_puts_names_descriptions_and_schemas_in_the_prompt(llm):
     assert not after.tool_calls and after.content, "after a tool's result the model answers"
 
 
+@pytest.mark.tiny
 def test_bind_tools_refuses_an_unknown_tool_choice(llm):
     with pytest.raises(UnseeError, match="not one of the bound tools"):
         llm.bind_tools(Counted().tools, tool_choice="send_email")
@@ -299,6 +305,7 @@ def test_an_unknown_source_names_the_known_ones(tmp_path):
 
 # --- the conformance kit ---------------------------------------------------------------------------------
 
+@pytest.mark.tiny
 @pytest.mark.parametrize("make", [R.langgraph_tiny_llama, R.langgraph_summarizing_tiny_llama])
 def test_the_kit_passes_on_random_sessions(make):
     doc = verify(factory_for(make), examples=2, seed=0, max_steps=4)
@@ -306,6 +313,7 @@ def test_the_kit_passes_on_random_sessions(make):
     assert doc["forgets"] > 0 and doc["exact"] == doc["optimal_invocations"] == doc["forgets"]
 
 
+@pytest.mark.tiny
 def test_the_kit_rejects_a_fork_at_tau():
     doc = verify(factory_for(R.langgraph_fork_at_tau), examples=2, seed=0, max_steps=4, shrink_seconds=1)
     assert doc["failures"], "the kit passed an integration that forks at τ instead of τ−1"

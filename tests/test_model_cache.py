@@ -85,6 +85,7 @@ def entries(cache):
     return sorted(p.name for p in cache.iterdir()) if cache.exists() else []
 
 
+@pytest.mark.tiny
 def test_cache_dir_prefers_unsee_then_xdg_then_home(monkeypatch, tmp_path):
     monkeypatch.setenv("UNSEE_CACHE_DIR", str(tmp_path / "u"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
@@ -96,6 +97,7 @@ def test_cache_dir_prefers_unsee_then_xdg_then_home(monkeypatch, tmp_path):
     assert models.weights_cache_dir() == tmp_path / "h" / ".cache" / "unsee" / "models"
 
 
+@pytest.mark.tiny
 def test_cache_key_is_the_content_hash_and_dtype(tmp_path):
     data = os.urandom(3 * (1 << 20) + 17)  # several read chunks, the last one short
     a, b = tmp_path / "a.gguf", tmp_path / "b.gguf"
@@ -109,6 +111,7 @@ def test_cache_key_is_the_content_hash_and_dtype(tmp_path):
     assert models.cache_key(b, torch.float32) != key
 
 
+@pytest.mark.tiny
 @pytest.mark.parametrize("family", ["tiny-llama", "tiny-qwen2", "tied"])
 def test_a_miss_converts_and_a_hit_returns_bitwise_the_converted_weights(cache, gguf, family):
     convert = StandIn(family)
@@ -133,6 +136,7 @@ def test_a_miss_converts_and_a_hit_returns_bitwise_the_converted_weights(cache, 
         assert torch.equal(model(x).logits, fresh(x).logits)
 
 
+@pytest.mark.tiny
 def test_each_dtype_has_its_own_entry(cache, gguf):
     convert = StandIn()
     models.cached_convert(gguf, torch.float32, "eager", convert)
@@ -181,6 +185,7 @@ CORRUPTIONS = {
 }
 
 
+@pytest.mark.tiny
 @pytest.mark.parametrize("corrupt", CORRUPTIONS.values(), ids=CORRUPTIONS.keys())
 def test_an_unusable_entry_is_never_used_but_deleted_and_converted_again(cache, gguf, capsys, corrupt):
     convert = StandIn()
@@ -199,6 +204,7 @@ def test_an_unusable_entry_is_never_used_but_deleted_and_converted_again(cache, 
     assert entries(cache) == [entry.name]
 
 
+@pytest.mark.tiny
 def test_a_temp_folder_is_never_read_as_an_entry_and_old_ones_are_swept(cache, gguf):
     convert = StandIn()
     key = models.cache_key(gguf, torch.float32)
@@ -214,6 +220,7 @@ def test_a_temp_folder_is_never_read_as_an_entry_and_old_ones_are_swept(cache, g
     assert set(entries(cache)) == {key, models.cache_key(gguf, torch.bfloat16)}
 
 
+@pytest.mark.tiny
 def test_losing_the_rename_race_keeps_the_winners_entry(cache, gguf, capsys):
     inner = StandIn()
     winner = {}
@@ -234,6 +241,7 @@ def test_losing_the_rename_race_keeps_the_winners_entry(cache, gguf, capsys):
     assert_bitwise_equal(cached, model)
 
 
+@pytest.mark.tiny
 def test_a_failed_write_leaves_no_entry_and_still_returns_the_model(cache, gguf, capsys):
     def disk_full(path, dtype, attn):
         model, tok = StandIn()(path, dtype, attn)
@@ -252,6 +260,7 @@ def test_a_failed_write_leaves_no_entry_and_still_returns_the_model(cache, gguf,
     assert_bitwise_equal(model, StandIn()(gguf, torch.float32, "eager")[0])
 
 
+@pytest.mark.tiny
 def test_an_unwritable_cache_is_skipped_with_a_note(tmp_path, monkeypatch, gguf, capsys):
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("")
@@ -263,6 +272,7 @@ def test_an_unwritable_cache_is_skipped_with_a_note(tmp_path, monkeypatch, gguf,
     assert "UNSEE_CACHE_DIR" in capsys.readouterr().err
 
 
+@pytest.mark.tiny
 def test_load_records_time_and_origin(cache, gguf, monkeypatch):
     convert = StandIn()
     monkeypatch.setattr(models, "convert_gguf", convert)  # what from_path uses for a .gguf file

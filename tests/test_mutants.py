@@ -11,6 +11,7 @@ from unsee.specs.statements import SpecViolation
 from tests.test_reference_machine import ReferenceMachine
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
 def test_mutant_is_caught_with_a_short_trace(mutant):
     def factory_for(cfg):
@@ -23,6 +24,7 @@ def test_mutant_is_caught_with_a_short_trace(mutant):
     assert "Theorem 1" in f["message"] or "Corollary 1" in f["message"]
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
 def test_state_machine_rejects_mutant(mutant):
     class Broken(ReferenceMachine):
@@ -42,6 +44,7 @@ def test_reference_passes_the_same_harness():
     assert doc["failures"] == [] and doc["exact"] == doc["forgets"] == doc["optimal_invocations"] > 0
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("mutant", PROTOCOL_MUTANTS, ids=lambda m: m.name)
 def test_protocol_mutant_is_caught_by_the_default_run(mutant):
     """Mistakes in what a runtime exposes (graph, method, checkpoint payloads, log): the

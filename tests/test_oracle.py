@@ -123,6 +123,7 @@ def test_privacy_allows_text_the_twin_holds_under_another_source():
         S.privacy_nothing_forgotten_remains(ob)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("mutant", REPORT_MUTANTS, ids=lambda m: m.name)
 def test_report_mutant_is_caught_by_the_default_run(mutant):
     """A receipt, checkpoint set or log that the oracle contradicts, with the state right: the
@@ -137,6 +138,7 @@ def test_report_mutant_is_caught_by_the_default_run(mutant):
     assert want[mutant.name] in doc["failures"][0]["message"], doc["failures"][0]["message"]
 
 
+@pytest.mark.heavy
 def test_reference_reaches_every_coverage_target_in_the_default_run():
     def factory_for(cfg):
         return lambda: ReferenceRuntime(Config(sampling=cfg["sampling"], seed=cfg["seed"]), cfg["policy"])

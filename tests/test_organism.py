@@ -20,6 +20,8 @@ from unsee.model import Config, Observation, Part
 from unsee.model.tools import SHIP_GIFT
 from tests.kv_helpers import assert_b7_equals_b5
 
+pytestmark = pytest.mark.tiny
+
 
 ORGANISMS = (NAME, "recall-tiny-2", "recall-tiny-3")
 

@@ -20,6 +20,8 @@ from unsee.specs.strategies import programs
 
 from .kv_helpers import FAMILIES
 
+pytestmark = pytest.mark.tiny
+
 
 def _graphs(rt, program):
     """(graph, session) after every step of `program` that leaves a target present."""

@@ -3,11 +3,14 @@
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from unsee.impl.cli import app
 from unsee.impl.store.session import Agent
 from unsee.model import Observation, Part
+
+pytestmark = pytest.mark.tiny
 
 runner = CliRunner()
 EPISODE = Path(__file__).resolve().parent.parent / "examples" / "address.jsonl"

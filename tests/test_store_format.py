@@ -1,4 +1,4 @@
-"""The store's format: linear growth, and stores written by format 1 still open (migrated)."""
+"""The store's format: linear growth, and stores of older formats refused untouched."""
 
 import copy
 import json
@@ -12,10 +12,9 @@ from tests.test_cli_store import EPISODE, unsee
 from unsee.impl.engine.runtime import make_runtime
 from unsee.impl.store.session import open_runtime
 from unsee.impl.experiments.bench_store import store_session
-from unsee.impl.store.episode import parse_episode
-from unsee.impl.store.sqlite import FORMAT, Store
+from unsee.impl.store.sqlite import Store
 
-FORMAT1 = Path(__file__).parent / "data" / "format1-address.db"  # `unsee run examples/address.jsonl` before format 2
+FORMAT1 = Path(__file__).parent / "data" / "format1-address.db"  # `unsee run examples/address.jsonl`, format 1
 
 
 def stored_bytes(tmp_path, T: int) -> int:
@@ -35,26 +34,20 @@ def test_bytes_per_turn_do_not_grow_with_the_session(tmp_path):
     assert long <= 1.1 * short, (short, long)  # format 1 grew ~4x over this range
 
 
-def test_a_format_1_store_is_migrated_in_place_and_stays_exact(tmp_path):
+def test_a_format_1_store_is_refused_untouched_with_the_command_that_re_runs_it(tmp_path):
+    """Its transitions predate JSON tool calls: they are not this F's, so nothing migrates them."""
     db = tmp_path / "old.db"
     shutil.copy(FORMAT1, db)
-    st = Store(db)
-    assert st.migrated and st.meta("format") == str(FORMAT)
-    rt = open_runtime(st)
-    twin = make_runtime("reference")
-    for o in parse_episode(EPISODE):
-        twin.step(o)
-    assert rt.session.observations == twin.session.observations
-    assert [r.tokens for r in rt.session.states] == [r.tokens for r in twin.session.states]
-    assert json.loads(st.meta("digests")) == dict(twin.digest())
-    assert "states" not in {n for (n,) in st.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    st.close()
-    assert Store(db).migrated is None  # once
-    unsee("check", "--db", db)
-    receipt = tmp_path / "r.json"
-    unsee("forget", "--db", db, "--source", "addr", "--json", receipt)
-    assert json.loads(receipt.read_text())["transitions"] == 5
-    unsee("check", "--db", db)
+    before = db.read_bytes()
+    p = unsee("check", "--db", db, check=False)
+    out = p.stdout + p.stderr
+    assert p.returncode == 2 and "format 1" in out and "unsee run EPISODE" in out, out
+    assert "Traceback" not in out
+    assert db.read_bytes() == before
+    new = tmp_path / "new.db"
+    unsee("run", EPISODE, "--db", new, "--model", "reference")
+    unsee("forget", "--db", new, "--source", "addr")
+    unsee("check", "--db", new)
 
 
 def stored_and_opened(tmp_path, T: int):
@@ -105,7 +98,7 @@ def test_a_forget_builds_and_compares_only_the_suffixs_source_sets(tmp_path, mon
     at T=160. The result still equals the twin's, source sets included."""
     import unsee.model.state as state_mod
     from unsee.impl.store.session import forget_stored
-    from unsee.impl.store.sqlite import StoredArtifact
+    from unsee.impl.store.encoding import StoredArtifact
 
     compared = []
     real = state_mod.source_delta

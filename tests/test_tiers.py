@@ -1,22 +1,34 @@
-"""Every test sits in one tier (see conftest.py)."""
+"""Every test sits in exactly one tier, marked in its own file (see conftest.py)."""
 
-from tests.conftest import HEAVY
+import pytest
 
-
-def test_tier_names_exist():
-    """The HEAVY list names tests that exist (a renamed test must not drop out of its tier)."""
-    import ast
-    from pathlib import Path
-
-    here = Path(__file__).parent
-    for name in HEAVY:
-        f, fn = name.split("::")
-        defs = {n.name for n in ast.walk(ast.parse((here / f).read_text())) if isinstance(n, ast.FunctionDef)}
-        assert fn in defs, name
+from tests.conftest import TIERS
 
 
-def test_every_collected_test_has_one_tier(request):
-    tiers = ("fast", "tiny", "heavy", "slow", "gpu")
-    for item in request.session.items:
-        got = [m for m in tiers if item.get_closest_marker(m)]
-        assert got, f"{item.nodeid} has no tier"
+def tier_problems(items) -> list[str]:
+    """The items with no tier or with more than one (a module's `pytestmark` and a test's own
+    mark both count)."""
+    out = []
+    for item in items:
+        got = sorted({m.name for m in item.iter_markers() if m.name in TIERS})
+        if len(got) != 1:
+            out.append(f"{item.nodeid}: {got or 'no tier'}")
+    return out
+
+
+def test_every_collected_test_has_exactly_one_tier(request):
+    """Over the tests of this run (the whole suite in CI)."""
+    assert not tier_problems(request.session.items)
+
+
+class _Item:
+    def __init__(self, nodeid, *marks):
+        self.nodeid, self.marks = nodeid, [getattr(pytest.mark, m).mark for m in marks]
+
+    def iter_markers(self):
+        return iter(self.marks)
+
+
+def test_the_tier_check_sees_a_test_in_two_tiers_and_one_in_none():
+    items = [_Item("a", "tiny"), _Item("b", "tiny", "slow"), _Item("c", "parametrize"), _Item("d", "heavy")]
+    assert tier_problems(items) == ["b: ['slow', 'tiny']", "c: no tier"]

@@ -73,10 +73,12 @@ GOOD = (
 )
 
 
+@pytest.mark.tiny
 def test_a_log_the_spec_allows_is_accepted():
     assert check(GOOD, WANT) == []
 
 
+@pytest.mark.tiny
 @pytest.mark.parametrize("name, log, want, rule", [
     ("no Begin", GOOD[1:], WANT, "log"),
     ("a decode before the restore", GOOD[:1] + (Forward("decode", 12, 1), Crop(6)) + GOOD[2:],
@@ -107,6 +109,7 @@ def test_each_rule_rejects_the_log_that_breaks_it(name, log, want, rule):
 
 # --- real runs: the checker accepts them --------------------------------------------------
 
+@pytest.mark.tiny
 @pytest.mark.parametrize("model", FAMILIES)
 def test_every_forget_of_varied_sessions_follows_the_spec(model):
     """Seeded random sessions, forgotten live: restores by crop and by rebuild, a compaction
@@ -129,6 +132,7 @@ def test_every_forget_of_varied_sessions_follows_the_spec(model):
     assert kinds == {"crop", "rebuild"} and compacted >= 1 and older >= 1
 
 
+@pytest.mark.tiny
 @pytest.mark.parametrize("model", FAMILIES)
 def test_full_reset_and_forced_checkpoint_follow_the_spec(model):
     rt = run(model, EPISODE)
@@ -141,6 +145,7 @@ def test_full_reset_and_forced_checkpoint_follow_the_spec(model):
     assert forced.last_trace.violations() == [] and forced.last_trace.want.checkpoint == 1
 
 
+@pytest.mark.tiny
 @pytest.mark.parametrize("pages", [True, False], ids=["pages", "rematerialize"])
 @pytest.mark.parametrize("model", FAMILIES)
 def test_a_stored_session_forgotten_in_a_fresh_open_follows_the_spec(tmp_path, model, pages):
@@ -164,6 +169,7 @@ def test_a_stored_session_forgotten_in_a_fresh_open_follows_the_spec(tmp_path, m
     assert trace.want.compacts  # the compaction at t=6 is in the replayed suffix
 
 
+@pytest.mark.tiny
 def test_a_stored_session_reopened_after_a_forget_follows_the_spec(tmp_path):
     """A second forget, in another fresh open of the store the first one rewrote."""
     rt = run("tiny-llama", EPISODE[:4] + (Observation("user", (Part("y", "my cat is rex"),), reply=2),)
@@ -181,6 +187,7 @@ def test_a_stored_session_reopened_after_a_forget_follows_the_spec(tmp_path):
         assert fresh.last_trace.violations() == [], (target, [str(v) for v in fresh.last_trace.violations()])
 
 
+@pytest.mark.tiny
 def test_unsee_forget_reports_the_trace_check(tmp_path):
     """`unsee forget --json` on a store run with `--kv-pages none`: the receipt carries the check."""
     import json
@@ -251,6 +258,7 @@ def cropped_session():
     return run("tiny-llama", episode)
 
 
+@pytest.mark.tiny
 @pytest.mark.parametrize("mutant", MUTANTS)
 def test_a_mutated_engine_is_rejected_by_the_rule_it_breaks(cropped_session, mutant):
     mutate, rule = MUTANTS[mutant]
@@ -270,6 +278,26 @@ def test_a_mutated_engine_is_rejected_by_the_rule_it_breaks(cropped_session, mut
         assert bad.digest()["kv"] != good.digest()["kv"]
 
 
+@pytest.mark.tiny
+def test_agent_forget_checks_the_trace_before_it_persists(tmp_path):
+    """`Agent.forget` (and `unsee forget`, through `forget_stored`) checks the engine's trace
+    against the spec before it saves: a mutated engine's forget raises TraceViolation naming the
+    rule and the store keeps its session; the next forget reopens the store and succeeds."""
+    from unsee.impl.store.session import Agent, TraceViolation
+
+    summarize = Observation("user", (Part("u0", "summarize so far"),), reply=2, compact=True)
+    episode = EPISODE[:2] + (summarize,) + EPISODE[2:5] + EPISODE[6:]
+    with Agent.create(tmp_path / "a.db", model="tiny-llama", observations=episode) as agent:
+        root = agent.store.root()
+        decodes_before_restoring(agent.runtime.model)
+        with pytest.raises(TraceViolation, match="restore-first.*nothing was written"):
+            agent.forget(["z"])
+        assert agent.store.root() == root and agent.store.receipts() == [] and not agent.store.is_forgotten("z")
+        doc = agent.forget(["z"])  # a fresh runtime from the store: its engine follows the spec
+        assert doc["trace"]["violations"] == [] and agent.store.is_forgotten("z") and agent.check()["exact"]
+
+
+@pytest.mark.tiny
 def test_restore_refuses_a_short_crop_where_the_engine_reports_its_length(cropped_session):
     bad = cropped_session.branch()
     crops_one_short(bad.model, reports_length=True)

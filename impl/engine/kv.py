@@ -138,16 +138,17 @@ class KVEngine:
 
     def decode_under(self, n: int, draws, matcher, end: int) -> list[int]:
         """At most n tokens under `matcher`, from the current logits, stopping after `end`. Each
-        token but the last is fed back; the last one's row is the reply's prefill's to compute."""
+        token but the last is fed back (one decode forward each, counted in `tokens_decoded`); the
+        last one needs no forward: its row is the reply's prefill's to compute."""
         out: list[int] = []
         for i in range(n):
             tok = self.choose_under(self.logits, matcher.mask(), None if draws is None else draws[i])
             out.append(tok)
             matcher.consume(tok)
-            self.tokens_decoded += 1
             if tok == end or len(out) == n:
                 break
             self._forward([tok], "decode")
+            self.tokens_decoded += 1
         return out
 
     def fixed_point_under(self, n: int, draws, draft, grammar, exact_rows: bool = True
@@ -156,14 +157,14 @@ class KVEngine:
         choice of row i−1 among the tokens the grammar allows after x_0..x_{i−1}, and the reply
         ends with the grammar's end token or at n tokens. The mask depends only on the tokens
         before i, so the reply is still fixed token by token; the check walks a matcher along the
-        draft. Returns (reply, tokens decoded, prefill passes)."""
+        draft. Returns (reply, tokens decoded by a forward of their own, prefill passes)."""
         if self.logits is None:
             raise UnseeError("decode needs logits from a prefill first (prefill a header)")
         start, head, end = len(self), self.logits, grammar.end
         decoded = 0
         if draft is None or not exact_rows or not 0 < len(draft) <= n:
             draft = self.decode_under(n, draws, grammar.matcher(), end)
-            decoded += len(draft)
+            decoded += len(draft) - 1
             self.crop(start, fresh_storage=False)
         draft = [int(t) for t in draft]
         if not exact_rows:
@@ -188,7 +189,7 @@ class KVEngine:
             self.logits = head if k == 0 else block[k - 1]
             rest = self.decode_under(n - k, None if draws is None else draws[k:], m, end)
             draft = draft[:k] + rest
-            decoded += len(rest)
+            decoded += len(rest) - 1
             self.crop(start, fresh_storage=False)
         raise ExactnessError(f"no fixed point after {n + 1} prefills of a constrained reply: this backend "
                              "breaks row independence (see row_independence)")

@@ -260,7 +260,7 @@ class TorchLM:
 
     def identity(self) -> dict:
         """Everything besides the log that decides the bits of a state: a store records it and
-        every later process must match it (unsee.impl.store.sqlite.identity_of)."""
+        every later process must match it (unsee.impl.store.digests.identity_of)."""
         import transformers
 
         b = self.bundle

@@ -27,19 +27,18 @@ it holds and runs only the rest (`Journal`).
 
 from __future__ import annotations
 
-import json
-import math
-import os
 import re
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from unsee.impl.experiments.baselines import IFC, apply, tainted_plan
-from unsee.impl.experiments.cases import Case, normalize, validate_needles
+from unsee.impl.experiments.cases import Case, PairCase, cases_for, normalize, validate_needles
+from unsee.impl.experiments.journal import Journal
+from unsee.impl.experiments.pool import in_processes, on_ray
+from unsee.impl.experiments.statistics import mcnemar_exact, tost, wilcoxon
 from unsee.model.state import Observation, Part
 from unsee.model.tools import SHIP_GIFT
 
@@ -272,50 +271,7 @@ def audit_episode(live, case: Case, methods, n_tokens: int = 24, seed: int = 0, 
     return out
 
 
-# --- paired statistics ------------------------------------------------------------------
-
-def mcnemar_exact(a: list[float], b: list[float]) -> float:
-    """Two-sided exact McNemar p-value for paired binary outcomes (pairs with a None skipped)."""
-    pairs = [(x, y) for x, y in zip(a, b) if x is not None and y is not None]
-    a, b = [x for x, _ in pairs], [y for _, y in pairs]
-    n01 = sum(1 for x, y in zip(a, b) if x and not y)
-    n10 = sum(1 for x, y in zip(a, b) if y and not x)
-    n = n01 + n10
-    if n == 0:
-        return 1.0
-    k = min(n01, n10)
-    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n)
-
-
-def wilcoxon(a: list[float], b: list[float]) -> float:
-    d = [x - y for x, y in zip(a, b)]
-    if all(v == 0 for v in d):
-        return 1.0
-    from scipy.stats import wilcoxon as w
-
-    return float(w(a, b, zero_method="zsplit").pvalue)
-
-
-def tost(a: list[float], b: list[float], margin: float) -> dict:
-    """Paired equivalence test: is |mean(a − b)| < margin? Exact zero differences are
-    equivalent at any margin (p = 0)."""
-    d = [x - y for x, y in zip(a, b)]
-    n = len(d)
-    mean = sum(d) / n
-    if n < 2 or all(v == d[0] for v in d):
-        p = 0.0 if abs(mean) < margin else 1.0
-        return {"margin": margin, "mean_diff": mean, "p": p, "equivalent": p < 0.05}
-    from scipy.stats import t as tdist
-
-    sd = math.sqrt(sum((v - mean) ** 2 for v in d) / (n - 1))
-    se = sd / math.sqrt(n)
-    p_lo = 1 - tdist.cdf((mean + margin) / se, n - 1)
-    p_hi = tdist.cdf((mean - margin) / se, n - 1)
-    p = max(p_lo, p_hi)
-    return {"margin": margin, "mean_diff": mean, "p": float(p), "equivalent": bool(p < 0.05)}
-
-
-# --- the run ----------------------------------------------------------------------------
+# --- the run -----------------------------------------------------------------------------
 
 def avoid(rt, question: str, excluded: str, other: str) -> float | None:
     """1 if the next-token distribution prefers the other provider's first token; None where
@@ -328,46 +284,6 @@ def avoid(rt, question: str, excluded: str, other: str) -> float | None:
     lp = next_token_logprobs(rt, question)
     return float(lp[ours] > lp[theirs])
 
-
-@dataclass(frozen=True)
-class PairCase:
-    """An AgentDojo pair, built into its `Case` where its episode runs: building one runs the
-    suite's environment (about 0.2 s), so 949 of them built up front held a run's workers idle
-    for minutes. The name is the built case's."""
-
-    name: str
-    pair: tuple[str, str, str]
-
-    def build(self) -> Case:
-        from unsee.impl.experiments.cases import agentdojo_case
-
-        case = agentdojo_case(*self.pair)
-        assert case.name == self.name, (case.name, self.name)
-        return case
-
-
-def cases_for(suite: str, n: int, seed: int):
-    """The suite's n episodes as (case, preference choice or None): a `Case`, or a `PairCase`
-    that `run_episode` builds."""
-    from unsee.impl.experiments import cases as E
-
-    if suite == "memory":
-        return [(E.memory_case(seed + i), None) for i in range(n)]
-    if suite == "preference":
-        out = []
-        for i in range(n):
-            case, a, b = E.preference_case(seed + i)
-            out.append((case, (E.choice_question(a, b, seed + i), a, b)))
-        return out
-    if suite.startswith("agentdojo"):
-        from unsee.impl.experiments.agentdojo import pairs
-
-        only = suite.split(":", 1)[1] if ":" in suite else None
-        all_pairs = list(pairs(only))
-        rng = __import__("random").Random(seed)
-        picks = rng.sample(all_pairs, min(n, len(all_pairs)))
-        return [(PairCase("/".join(p), tuple(p)), None) for p in picks]
-    raise ValueError(f"unknown suite {suite!r}: agentdojo, agentdojo:<suite>, memory or preference")
 
 
 @contextmanager
@@ -428,128 +344,6 @@ def _warm(model: str, attn: str = "eager") -> None:
     load(model, attn=attn)
 
 
-def _parallel(jobs, workers: int, model: str, done, attn: str = "eager") -> None:
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_warm, initargs=(model, attn)) as pool:
-        futures = {pool.submit(_episode_job, job): i for i, job in enumerate(jobs)}
-        try:
-            for f in as_completed(futures):
-                done(futures[f], f.result())
-        except BaseException:  # stopped (Ctrl-C, SIGTERM) or failed: no episode goes on running unseen
-            procs = list((getattr(pool, "_processes", None) or {}).values())
-            for proc in procs:
-                proc.terminate()
-            for proc in procs:
-                proc.join(timeout=10)
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
-
-
-def _on_ray(jobs, address: str, done) -> None:
-    try:
-        import ray
-    except ImportError as e:  # pragma: no cover - depends on the install
-        raise ImportError("--ray needs Ray: pip install 'unsee[ray]'") from e
-    started = not ray.is_initialized()
-    if started:  # "local": start a cluster on this machine; otherwise connect ("auto", "ray://host:port", ...)
-        ray.init(address=None if address == "local" else address, include_dashboard=False, log_to_driver=False)
-    try:
-        task = ray.remote(num_cpus=1)(_episode_job)
-        refs = {task.remote(job): i for i, job in enumerate(jobs)}
-        pending = list(refs)
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
-            done(refs[ready[0]], ray.get(ready[0]))
-    finally:
-        if started:
-            ray.shutdown()
-
-
-class JournalError(ValueError):
-    """A journal that belongs to another audit, or that cannot be read."""
-
-
-class Journal:
-    """A JSON-lines file of finished episodes. The first line names the audit (model, suite,
-    seed, methods, tokens, decode, kernel, and the n it was started with); each later line is one
-    episode: its index, its case name and its result, appended and flushed (fsync) when the
-    episode finishes. Opening an existing journal refuses one written by another audit, reads the
-    episodes it holds (a last line cut short by a crash is dropped) and appends from there.
-
-    Episode i's result depends on its case and on seed + i, not on n: an audit with another n
-    reuses the journal's episodes below its own n, each checked to be the same case (an audit of
-    more episodes extends a journal; one of fewer reads the first of a longer run's)."""
-
-    def __init__(self, path: Path, header: dict, names: list[str]):
-        self.path, self.done = Path(path), {}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._held = self.path.open("a")  # one audit at a time: a second one would interleave its lines
-        try:
-            import fcntl
-
-            fcntl.flock(self._held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except ImportError:  # pragma: no cover - no advisory locks on this platform
-            pass
-        except OSError as e:
-            self._held.close()
-            raise JournalError(f"{self.path} is in use by another audit running now") from e
-        try:
-            self._open(header, names)
-        except BaseException:
-            self.close()
-            raise
-
-    def close(self) -> None:
-        self._held.close()  # and with it the lock
-
-    def _open(self, header: dict, names: list[str]) -> None:
-        lines = self.path.read_text().splitlines()
-        if lines:
-            try:
-                have = json.loads(lines[0])
-            except json.JSONDecodeError as e:
-                raise JournalError(f"{self.path} is not an audit journal: {e}") from e
-            diff = sorted(k for k in set(have) | set(header) if k != "n" and have.get(k) != header.get(k))
-            if diff:
-                what = "; ".join(f"{k}: {have.get(k)!r} there, {header.get(k)!r} here" for k in diff)
-                raise JournalError(f"{self.path} is the journal of another audit ({what}); "
-                                   f"give another --journal path")
-            keep = [lines[0]]
-            for line in lines[1:]:
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    break  # a line cut short by a crash: that episode runs again
-                i = rec.get("i")
-                if not isinstance(i, int) or i < 0:
-                    raise JournalError(f"{self.path}: a line without an episode index: {line[:80]!r}")
-                keep.append(line)
-                if i >= len(names):
-                    continue  # an episode past this audit's n: kept, not used
-                if rec.get("case") != names[i]:
-                    raise JournalError(f"{self.path}: its episode {i} is {rec.get('case')!r}, this audit's is "
-                                       f"{names[i]!r} (at n={have.get('n')} the suite picks other episodes)")
-                self.done[i] = rec["result"]
-            if len(keep) < len(lines):  # drop the torn tail before appending after it
-                self.path.write_text("\n".join(keep) + "\n")
-        else:
-            self._write(header)
-
-    def _write(self, rec: dict) -> str:
-        line = json.dumps(rec, separators=(",", ":"))
-        self._held.write(line + "\n")  # the handle that holds the lock, opened for appending
-        self._held.flush()
-        os.fsync(self._held.fileno())
-        return line
-
-    def add(self, i: int, name: str, result: dict) -> dict:
-        """Append episode i; returns its result as a resumed run reads it back."""
-        return json.loads(self._write({"i": i, "case": name, "result": result}))["result"]
-
-
 def run_audit(model: str, suite: str, n: int, methods, seed: int = 0, n_tokens: int = 24,
               on_episode=None, workers: int = 1, ray: str | None = None, batch: bool = True,
               attn: str = "eager", journal: Path | None = None) -> dict:
@@ -595,9 +389,9 @@ def run_audit(model: str, suite: str, n: int, methods, seed: int = 0, n_tokens: 
     remap = (lambda j, res: done(left[j], res))  # noqa: E731
     try:
         if ray and rest:
-            _on_ray(rest, ray, remap)
+            on_ray(_episode_job, rest, ray, remap)
         elif workers > 1 and len(rest) > 1:
-            _parallel(rest, workers, model, remap, attn)
+            in_processes(_episode_job, rest, workers, remap, _warm, (model, attn))
         else:
             for j, job in enumerate(rest):
                 remap(j, _episode_job(job))

@@ -203,3 +203,40 @@ def agentdojo_case(suite: str, user_task: str, injection_task: str, benign_turns
     needles = sorted(set(ids)) or [" ".join(text.split()[:8])]
     return validate_needles(Case(f"{suite}/{user_task}/{injection_task}", ep.observations, [TARGET], needles,
                                  ep.target_texts, "the instructions in the tool output", "The tool output asked me to"))
+
+
+@dataclass(frozen=True)
+class PairCase:
+    """An AgentDojo pair, built into its `Case` where its episode runs: building one runs the
+    suite's environment (about 0.2 s), so 949 of them built up front held a run's workers idle
+    for minutes. The name is the built case's."""
+
+    name: str
+    pair: tuple[str, str, str]
+
+    def build(self) -> Case:
+        case = agentdojo_case(*self.pair)
+        assert case.name == self.name, (case.name, self.name)
+        return case
+
+
+def cases_for(suite: str, n: int, seed: int):
+    """The suite's n episodes as (case, preference choice or None): a `Case`, or a `PairCase`
+    that `run_episode` builds."""
+    if suite == "memory":
+        return [(memory_case(seed + i), None) for i in range(n)]
+    if suite == "preference":
+        out = []
+        for i in range(n):
+            case, a, b = preference_case(seed + i)
+            out.append((case, (choice_question(a, b, seed + i), a, b)))
+        return out
+    if suite.startswith("agentdojo"):
+        from unsee.impl.experiments.agentdojo import pairs
+
+        only = suite.split(":", 1)[1] if ":" in suite else None
+        all_pairs = list(pairs(only))
+        rng = random.Random(seed)
+        picks = rng.sample(all_pairs, min(n, len(all_pairs)))
+        return [(PairCase("/".join(p), tuple(p)), None) for p in picks]
+    raise ValueError(f"unknown suite {suite!r}: agentdojo, agentdojo:<suite>, memory or preference")

@@ -10,7 +10,8 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from unsee.impl.engine.runtime import make_runtime
-from unsee.impl.store.sqlite import stored_settings
+from unsee.impl.store.digests import identity_of, stored_settings
+from unsee.impl.store.errors import StoreError
 from unsee.model.runtime import ReferenceRuntime
 from unsee.model.session import UnseeError
 from unsee.model.state import Config
@@ -21,7 +22,7 @@ def open_runtime(store, **kw) -> ReferenceRuntime:
     settings the store was run with (weights, dtype, attention kernel, threads, device): anything
     else would not reproduce its states, so it is refused. No cache is resident until a forget
     restores one, from the store's K/V pages where it keeps them."""
-    from unsee.impl.store.sqlite import StoreError, identity_of, with_live_cache
+    from unsee.impl.store.sqlite import with_live_cache
 
     model = store.meta("model")
     pages = store.meta("kv_pages")
@@ -121,14 +122,34 @@ def _no_cyclic_gc():
             gc.enable()
 
 
-def forget_stored(store, sources, method: str = "B7", rt=None, head: str | None = None
-                  ) -> tuple[ReferenceRuntime, dict]:
+class TraceViolation(UnseeError):
+    """The engine's event log of a forget breaks a rule of the spec (`unsee.specs.traces`)."""
+
+
+def trace_report(rt) -> dict | None:
+    """The engine's event log of `rt`'s last forget, checked against the spec: {events,
+    violations}; None for a runtime that records none (the reference)."""
+    trace = getattr(rt, "last_trace", None)
+    if trace is None:
+        return None
+    return {"events": len(trace.events), "violations": [str(v) for v in trace.violations()]}
+
+
+def forget_stored(store, sources, method: str = "B7", rt=None, head: str | None = None,
+                  model: str | None = None) -> tuple[ReferenceRuntime, dict]:
     """Forget `sources` from a stored session under the store's lock and persist the result
     and its receipt in one transaction (only what follows the splice point is rewritten).
     `rt`: a runtime already holding the stored session whose store had root `head` (an agent
-    that stays up); if the store moved on since, or none is given, one is opened (verified)."""
+    that stays up); if the store moved on since, or none is given, one is opened (verified).
+    `model`: refuse unless the store was run on it. The engine's event log (a real model) is
+    checked against the spec before anything is persisted: a forget that breaks a rule raises
+    TraceViolation and leaves the store as it was; the receipt's `trace` says what was checked."""
     import time
 
+    stored_model = store.meta("model")
+    if model is not None and model != stored_model:
+        raise UnseeError(f"{store.path} was run on {stored_model!r}, not {model!r}: forgetting on another model "
+                         "would not reproduce its states")
     store.verify()  # a damaged store is refused before anything else is read from it
     for src in sources:  # checked before anything is written
         if store.is_forgotten(src):
@@ -154,6 +175,12 @@ def forget_stored(store, sources, method: str = "B7", rt=None, head: str | None 
         # pages that failed their digest were recomputed from the verified tokens (counted in
         # tokens_rematerialized): the receipt names them
         doc["pages_recomputed"] = [{"key": k, "born": born} for k, born in store.damaged_pages]
+        trace = trace_report(rt)
+        if trace is not None:
+            doc["trace"] = trace
+            if trace["violations"]:  # under the lock, before the save: the store keeps the session as it was
+                raise TraceViolation(f"the forget's engine trace ({trace['events']} events) breaks the spec: "
+                                     + "; ".join(trace["violations"][:5]) + f"; nothing was written to {store.path}")
         t1 = time.perf_counter()
         # persisted, the targets are named by salted digest only; the caller keeps their names
         kept = {**doc, "sources": [store.target_digest(src) for src in sources]}
@@ -182,12 +209,27 @@ class Agent:
 
     @classmethod
     def create(cls, path, model: str = "tiny-llama", config: Config = Config(), policy: str = "every",
-               kv_pages: bool = True, **kw) -> "Agent":
+               kv_pages: bool = True, observations=(), on_step=None, **kw) -> "Agent":
+        """A new store at `path` (claimed atomically: an existing path is refused before the model
+        loads) holding a new session; `observations`: steps to run first, persisted together in
+        one save (`unsee run`), on_step() after each. If anything fails, the path is given back."""
+        from pathlib import Path
+
         from unsee.impl.store.sqlite import Store
 
-        rt = make_runtime(model, config, policy, kv_pages=kv_pages, **kw)
         store = Store(path, create=True)  # refuses an existing path
-        store.save(rt.session, model, dict(rt.digest()))
+        try:
+            rt = make_runtime(model, config, policy, kv_pages=kv_pages, **kw)
+            for obs in observations:
+                rt.step(obs)
+                if on_step:
+                    on_step()
+            store.save(rt.session, model, dict(rt.digest()))
+        except BaseException:
+            store.close()
+            for suffix in ("", "-journal", ".lock"):  # the path was claimed by this call: give it back
+                Path(str(path) + suffix).unlink(missing_ok=True)
+            raise
         return cls(store, rt)
 
     @classmethod
@@ -232,8 +274,13 @@ class Agent:
         return turn_view(s.T, obs, s.states[-2], s.state, decoder_of(s.lm))
 
     def forget(self, sources, method: str = "B7") -> dict:
-        """Forget on the live runtime (its resident cache is cropped, not re-read) and persist."""
-        self.runtime, doc = forget_stored(self.store, list(sources), method, self.runtime, self.root)
+        """Forget on the live runtime (its resident cache is cropped, not re-read) and persist,
+        with its engine trace checked against the spec first (`forget_stored`)."""
+        try:
+            self.runtime, doc = forget_stored(self.store, list(sources), method, self.runtime, self.root)
+        except TraceViolation:
+            self.root = None  # the runtime holds what was not persisted: the next step reopens the store
+            raise
         self.root = self.store.root()
         return doc
 

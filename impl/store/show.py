@@ -17,28 +17,46 @@ from unsee.model.session import arguments
 
 def decoder_for(store):
     """token ids → text, with the stored model's own template (the reference has no text)."""
-    from unsee.impl.store.sqlite import stored_settings
+    from unsee.impl.store.digests import stored_settings
 
     model = store.meta("model")
     if model == "reference":
-        return lambda ids: " ".join(f"t{i}" for i in ids)
+        return decoder_of(None)
     from unsee.impl.engine.models import load
 
     settings = stored_settings(store)
-    template = load(model, dtype=settings["dtype"], device=settings.get("device"),
-                    attn=settings.get("attn", "eager")).template
-    return lambda ids: template.detokenize(list(ids))
+    return _template_decoder(load(model, dtype=settings["dtype"], device=settings.get("device"),
+                                  attn=settings.get("attn", "eager")).template)
+
+
+class Decoder:
+    """Token ids → text: `text` for what the model read and wrote, `call` for a tool call's
+    constrained reply (its JSON arguments)."""
+
+    def __init__(self, text, call) -> None:
+        self.text, self.call = text, call
+
+    def __call__(self, ids) -> str:
+        return self.text(ids)
+
+
+def _template_decoder(template) -> Decoder:
+    from unsee.impl.engine.grammar import json_text
+
+    return Decoder(lambda ids: template.detokenize(list(ids)), lambda ids: json_text(template, ids))
 
 
 def turn_view(t: int, o, prev, r, decode) -> dict:
     """Transition t decoded: o_t's parts and what F(R_{t-1}, o_t) produced in R_t."""
     made = [a for a in r.artifacts if a.turn == t]
+    call = (1 if o.reply else 0) if o.tool and len(r.outputs) > bool(o.reply) else None  # the call's output
     ids = {a.id for a in made}
     return {
         "t": t, "kind": o.kind,
         "parts": [{"source": p.source, "text": p.text, **({"instead_of": p.instead_of} if p.instead_of else {})}
                   for p in o.parts],
-        "replies": [decode(x) for x in r.outputs],
+        "replies": [decode(x) for i, x in enumerate(r.outputs) if i != call],
+        "calls": [{"tool": o.tool, "arguments": decode.call(r.outputs[call])}] if call is not None else [],
         "memory": [{"artifact": aid, "text": decode(toks)} for aid, toks in r.memory if aid in ids],
         "summary": decode(r.summary) if r.summary is not None and r.summary != prev.summary else None,
         "pending_calls": [{"call_id": c.call_id, "tool": c.tool, "args": arguments(c.args)} for c in r.plan
@@ -54,8 +72,10 @@ def decoder_of(lm):
     """token ids → text with a loaded model's template (ids as t<id> for the reference)."""
     template = getattr(lm, "template", None)
     if template is None:
-        return lambda ids: " ".join(f"t{i}" for i in ids)
-    return lambda ids: template.detokenize(list(ids))
+        from unsee.model.lm import REFERENCE
+
+        return Decoder(lambda ids: " ".join(f"t{i}" for i in ids), REFERENCE.json_text)
+    return _template_decoder(template)
 
 
 def session_view(store, decode=None) -> dict:

@@ -1,0 +1,49 @@
+"""Independent jobs in worker processes or on a Ray cluster, each result handed back as it
+finishes. What `unsee audit --workers` and `--ray` run episodes on."""
+
+from __future__ import annotations
+
+
+def in_processes(job, jobs, workers: int, done, initializer=None, initargs=()) -> None:
+    """Run job(j) for each of `jobs` in `workers` spawned processes (each first runs
+    initializer(*initargs)); done(index, result) as each finishes. Stopped (Ctrl-C, SIGTERM) or
+    failed, it stops every worker before it re-raises."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=multiprocessing.get_context("spawn"),
+                             initializer=initializer, initargs=initargs) as pool:
+        futures = {pool.submit(job, j): i for i, j in enumerate(jobs)}
+        try:
+            for f in as_completed(futures):
+                done(futures[f], f.result())
+        except BaseException:  # stopped (Ctrl-C, SIGTERM) or failed: no episode goes on running unseen
+            procs = list((getattr(pool, "_processes", None) or {}).values())
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                proc.join(timeout=10)
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+
+
+def on_ray(job, jobs, address: str, done) -> None:
+    """Run job(j) for each of `jobs` as tasks on the Ray cluster at `address` ("local" starts one
+    here); done(index, result) as each finishes."""
+    try:
+        import ray
+    except ImportError as e:  # pragma: no cover - depends on the install
+        raise ImportError("--ray needs Ray: pip install 'unsee[ray]'") from e
+    started = not ray.is_initialized()
+    if started:  # "local": start a cluster on this machine; otherwise connect ("auto", "ray://host:port", ...)
+        ray.init(address=None if address == "local" else address, include_dashboard=False, log_to_driver=False)
+    try:
+        task = ray.remote(num_cpus=1)(job)
+        refs = {task.remote(j): i for i, j in enumerate(jobs)}
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            done(refs[ready[0]], ray.get(ready[0]))
+    finally:
+        if started:
+            ray.shutdown()

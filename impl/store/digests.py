@@ -1,0 +1,167 @@
+"""The store's digests: the observation log's hash chain, per-turn row digests chained into
+D_t = H(D_{t-1} ‖ digests of turn t), the root over D_T and every other row, K/V page digests
+bound to the model's identity; recomputing them (`verify_rows`) and writing them (`seal`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from unsee.impl.store.errors import IntegrityError
+from unsee.model.state import Observation
+
+
+def canonical(o: Observation) -> str:
+    """The form the log is stored and hashed in."""
+    return json.dumps(o.to_json(), sort_keys=True)
+
+
+def link(prev: str, body: str) -> str:
+    """One link of the log's hash chain: h_t = sha256(h_{t-1} ‖ o_t)."""
+    return hashlib.sha256((prev + body).encode()).hexdigest()
+
+
+def chain_of(bodies, head: str = "0" * 64) -> list[str]:
+    """The hash chain of a log of canonical bodies, from h_0 = head (see `link`)."""
+    h, out = head, []
+    for b in bodies:
+        h = link(h, b)
+        out.append(h)
+    return out
+
+
+def chain(observations, head: str = "0" * 64) -> list[str]:
+    """The hash chain of the observation log (see `chain_of`)."""
+    return chain_of(map(canonical, observations), head)
+
+
+# -- integrity ---------------------------------------------------------------------------
+# Per turn, the rows each table holds for it, in a fixed order (first column: the turn).
+TURN_ROWS = {
+    "observations": "SELECT t, body, chain FROM observations WHERE t >= ? ORDER BY t",
+    "deltas": "SELECT t, body FROM deltas WHERE t >= ? ORDER BY t",
+    "artifacts": "SELECT turn, id, type, source_ids, token_span, committed, ord FROM artifacts WHERE turn >= ? "
+                 "ORDER BY turn, ord",
+    "edges": "SELECT turn, parent, child, ord FROM edges WHERE turn >= ? ORDER BY turn, child, ord",
+    "checkpoints": "SELECT boundary, body FROM checkpoints WHERE boundary >= ? ORDER BY boundary",
+}
+ZERO = "0" * 64
+
+
+def identity_of(lm, model: str) -> dict:
+    """What decides the bits of a stored state besides its log: the model's name and, for a real
+    model, its weights, dtype, attention kernel, threads, device and K/V page layout."""
+    ident = getattr(lm, "identity", None)
+    return {"model": model, **(ident() if callable(ident) else {})}
+
+
+def stored_settings(store) -> dict:
+    """The execution settings a store was run with, as make_runtime's keywords."""
+    stored = json.loads(store.meta("identity", "{}"))
+    settings = {"dtype": stored.get("dtype", store.meta("dtype", "float32"))}
+    if store.meta("model") != "reference":
+        settings.update({k: stored[k] for k in ("attn", "threads", "device") if k in stored})
+    return settings
+
+
+def page_digest(identity: dict, key: str, data: bytes) -> str:
+    """A K/V page's digest: the model's identity, its key (which names its tokens and context)
+    and its bytes. A page whose digest does not match (damaged, or copied from a store of another
+    model) is never read: the forget recomputes it from the verified tokens and says so."""
+    h = hashlib.sha256(json.dumps(identity, sort_keys=True).encode())
+    h.update(f"|{key}|".encode())
+    h.update(data)
+    return h.hexdigest()
+
+
+def turn_tables(db, start: int) -> dict[int, dict[str, str]]:
+    """turn → {table: sha256 of its rows of that turn}, for every turn ≥ start that has rows."""
+    hashes: dict[int, dict[str, object]] = {}
+    for table, sql in TURN_ROWS.items():
+        for row in db.execute(sql, (start,)):
+            h = hashes.setdefault(row[0], {}).get(table)
+            if h is None:
+                h = hashes[row[0]][table] = hashlib.sha256()
+            h.update(json.dumps(row[1:], separators=(",", ":")).encode())
+            h.update(b"\n")
+    return {t: {k: h.hexdigest() for k, h in sorted(d.items())} for t, d in hashes.items()}
+
+
+def turn_link(prev: str, rows: dict[str, str]) -> str:
+    """D_t = sha256(D_{t-1} ‖ the per-table digests of turn t)."""
+    return hashlib.sha256((prev + json.dumps(rows, sort_keys=True)).encode()).hexdigest()
+
+
+def root_digest(db, head: str) -> str:
+    """The store's root: D_T with every meta row (but the root and a forget's intent marker), the
+    snapshots, the world ledger and the receipts."""
+    h = hashlib.sha256(head.encode())
+    for sql in ("SELECT key, value FROM meta WHERE key NOT IN ('root', 'pending_forget') ORDER BY key",
+                "SELECT id, env FROM snapshots ORDER BY id",
+                "SELECT call_id, tool, args, turn FROM world ORDER BY call_id",
+                "SELECT n, body FROM receipts ORDER BY n"):
+        h.update(b"#")
+        for row in db.execute(sql):
+            h.update(json.dumps(row, separators=(",", ":")).encode())
+            h.update(b"\n")
+    return h.hexdigest()
+
+
+def verify_rows(db, path, root: str | None) -> str:
+    """Recompute every turn digest and the root from the stored rows and compare them with the
+    stored ones and `root` (the stored root); the root, or IntegrityError naming the first row
+    that does not match."""
+    stored = {t: (json.loads(r), d) for t, r, d in db.execute("SELECT t, rows, digest FROM turns ORDER BY t")}
+    computed = turn_tables(db, 0)
+    T = max(stored, default=-1)
+    for t in sorted(set(computed) - set(stored)):
+        raise IntegrityError(f"{path}: rows of turn {t} ({', '.join(computed[t])}) are not covered by the "
+                             "store's digests: the store was altered; restore it from a backup")
+    prev = ZERO
+    for t in range(T + 1):
+        if t not in stored:
+            raise IntegrityError(f"{path}: the digest of turn {t} is missing; restore the store from a backup")
+        rows, digest = stored[t]
+        got = computed.get(t, {})
+        for table in sorted(set(rows) | set(got)):
+            if rows.get(table) != got.get(table):
+                raise IntegrityError(f"{path}: the {table} row(s) of turn {t} do not match their digest "
+                                     "(altered or damaged); restore the store from a backup")
+        prev = turn_link(prev, rows)
+        if prev != digest:
+            raise IntegrityError(f"{path}: the digest chain breaks at turn {t}; restore the store from a backup")
+    digest_root = root_digest(db, prev)
+    if digest_root != root:
+        raise IntegrityError(f"{path}: the session's settings, snapshots, side-effect ledger or receipts "
+                             "do not match the store's root digest (altered or damaged); restore it from a backup")
+    return digest_root
+
+
+def check_tail(db, path, root: str | None) -> None:
+    """Before a partial save: the rows a save keeps but does not re-read (meta, snapshots,
+    ledger, receipts, the last turn digest) still hash to the stored root, so a save never
+    seals an altered row under a new root. Turn rows altered since the last load stay
+    detectable: the rows a save keeps keep their turn digests."""
+    last = db.execute("SELECT digest FROM turns ORDER BY t DESC LIMIT 1").fetchone()
+    if root_digest(db, last[0] if last else ZERO) != root:
+        raise IntegrityError(f"{path}: the session's settings, snapshots, side-effect ledger or receipts "
+                             "do not match the store's root digest (altered or damaged); nothing was written: "
+                             "restore it from a backup")
+
+
+def seal(db, start: int) -> str:
+    """Recompute the turn digests from `start` on and the root, inside the save's transaction."""
+    db.execute("DELETE FROM turns WHERE t >= ?", (start,))
+    row = db.execute("SELECT digest FROM turns WHERE t = ?", (start - 1,)).fetchone()
+    prev = ZERO if start == 0 else row[0]
+    tables = turn_tables(db, start)
+    T = db.execute("SELECT MAX(t) FROM deltas").fetchone()[0]
+    out = []
+    for t in range(start, T + 1):
+        rows = tables.get(t, {})
+        prev = turn_link(prev, rows)
+        out.append((t, json.dumps(rows, sort_keys=True), prev))
+    db.executemany("INSERT INTO turns VALUES (?, ?, ?)", out)
+    root = root_digest(db, prev)
+    db.execute("INSERT OR REPLACE INTO meta VALUES ('root', ?)", (root,))
+    return root
