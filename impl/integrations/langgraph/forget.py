@@ -28,7 +28,7 @@ from typing import Sequence
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from unsee.impl.integrations.langgraph.chat import HIDDEN, KIND, SOURCE, exactness, kind_of
-from unsee.impl.integrations.langgraph.history import config_at, erase_branches, turns
+from unsee.impl.integrations.langgraph.history import config_at, erase_branches, lineage, turns
 from unsee.impl.integrations.langgraph.tools import REPLAY, Replay, World, marked_tools
 from unsee.model.grammar import canonical
 from unsee.model.session import (
@@ -204,8 +204,6 @@ def forget(graph, thread_id: str, sources: Sequence[str], method: str = "B7", ch
     if checkpoint is not None and (not cands or checkpoint >= tau):
         raise UnseeError(f"no checkpoint at boundary {checkpoint} before τ={tau}")
     c = 0 if method == "B5" else choose_checkpoint(cands, tau).boundary + _fork_offset  # line 4
-    from unsee.impl.integrations.langgraph.history import lineage
-
     old = lineage(saver, thread_id)
     how = exactness([m for t in old for m in t.checkpoint.get("channel_values", {}).get("messages") or []])
     replay = Replay(recorded=_recorded(old), committed={e.call_id: e for e, _ in rows},
