@@ -229,7 +229,10 @@ class Scripted(BaseChatModel):
 
     def _generate(self, messages, stop=None, run_manager=None, **kw):
         last, n = messages[-1], len(messages)
-        if kw.get("tools") and isinstance(last, HumanMessage) and "diagnosis" in last.content:
+        if kw.get("tools") and isinstance(last, HumanMessage) and "twice" in last.content:
+            call = {"name": "book_appointment", "type": "tool_call", "args": {"doctor": "Dr. Rivera", "reason": "checkup"}}
+            msg = AIMessage("", id=f"a{n}", tool_calls=[{**call, "id": f"c{n}.{k}"} for k in (1, 2)])
+        elif kw.get("tools") and isinstance(last, HumanMessage) and "diagnosis" in last.content:
             msg = AIMessage("", id=f"a{n}", tool_calls=[{"name": "book_appointment", "id": f"c{n}", "type": "tool_call",
                                                           "args": {"doctor": "Dr. Rivera", "reason": last.content}}])
         else:
@@ -266,6 +269,16 @@ def test_a_detail_in_a_consequential_calls_arguments_is_listed_for_compensation(
     run(twin, MEDICAL, without={"med"})
     va = R.thread_values(agent.get_state({"configurable": {"thread_id": "t1"}}).values)
     assert va == R.thread_values(twin.get_state({"configurable": {"thread_id": "t1"}}).values)
+
+
+def test_two_identical_committed_calls_of_a_turn_are_each_recognised(tmp_path):
+    agent, tools = scripted_agent(tmp_path / "a.sqlite", L.deterministic(Scripted()))
+    run(agent, [("u1", "hello"), ("z", "noise"), ("u2", "book twice")])
+    world = L.World(agent.checkpointer).entries("t1")
+    assert [e.call_id.endswith("#2") for e in world] == [False, True] and world[0].args == world[1].args
+    r = L.forget(agent, "t1", ["z"])
+    assert sorted(r.deduplicated) == sorted(e.call_id for e in world) and r.compensation == ()
+    assert tools.runs["book_appointment"] == 2 and L.World(agent.checkpointer).entries("t1") == world
 
 
 def test_a_model_not_declared_deterministic_is_refused(tmp_path):

@@ -19,6 +19,7 @@ Each call's identity is its turn, tool and canonical arguments: the call id of t
 from __future__ import annotations
 
 import contextvars
+import threading
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -71,6 +72,7 @@ class Replay:
         self.decoded += decoded
 
 
+_FIRING = threading.Lock()
 REPLAY: contextvars.ContextVar[Replay | None] = contextvars.ContextVar("unsee_replay", default=None)
 
 
@@ -151,36 +153,38 @@ class MarkedTool(BaseTool):
         config = ensure_config(config)
         args_json = canonical(self._visible(input["args"]))
         replay = REPLAY.get()
-        turn = replay.turn if replay is not None else _current_turn(config)
-        key = call_key(turn, self.name, args_json)
-        if self.kind == CONSEQUENTIAL:  # the k-th identical call of a turn is `key#k`
-            if replay is None:
-                world = World(config["configurable"]["__pregel_checkpointer"])
-                k = 1 + sum(e.call_id.split("#")[0] == key for e in world.entries(config["configurable"]["thread_id"]))
-            else:
-                k = replay.seen[key] = replay.seen.get(key, 0) + 1
-            if k > 1:
-                key += f"#{k}"
+        if replay is None and self.kind == CONSEQUENTIAL:
+            with _FIRING:  # a ToolNode runs a message's calls in threads: number and record them one at a time
+                return self._fire(input, config, args_json, **kwargs)
         if replay is None:
-            out = self.inner.invoke(input, config, **kwargs)
-            if self.kind == CONSEQUENTIAL:
-                text = out.content if isinstance(out, ToolMessage) else str(out)
-                world.fire(
-                    config["configurable"]["thread_id"], LedgerEntry(key, self.name, args_json, turn), str(text))
-            return _named(out, input["id"])
+            return _named(self.inner.invoke(input, config, **kwargs), input["id"])
         if self.kind == READ_ONLY:
             old = replay.recorded.get((self.name, args_json))
             if old:
                 replay.served += 1
                 return _message(old[0], input["id"], self.name)
             return _named(self.inner.invoke(input, config, **kwargs), input["id"])
-        replay.effects.append(LedgerEntry(key, self.name, args_json, turn))
+        key = call_key(replay.turn, self.name, args_json)
+        k = replay.seen[key] = replay.seen.get(key, 0) + 1
+        key += f"#{k}" if k > 1 else ""  # the k-th identical call of a turn
+        replay.effects.append(LedgerEntry(key, self.name, args_json, replay.turn))
         old = replay.committed.get(key)
         if old is not None and old.tool == self.name and old.args == args_json:
             return _message(replay.results[key], input["id"], self.name)
-        args = json.loads(args_json)
-        text = self.result(**args) if self.result is not None else NOT_RUN.format(tool=self.name)
+        text = self.result(**json.loads(args_json)) if self.result is not None else NOT_RUN.format(tool=self.name)
         return _message(text, input["id"], self.name)
+
+    def _fire(self, input, config, args_json: str, **kwargs):
+        """Run a consequential call and record it in the world ledger, numbered as a replay numbers it."""
+        conf = config["configurable"]
+        world, turn = World(conf["__pregel_checkpointer"]), _current_turn(config)
+        key = call_key(turn, self.name, args_json)
+        k = 1 + sum(e.call_id.split("#")[0] == key for e in world.entries(conf["thread_id"]) if e.turn == turn)
+        key += f"#{k}" if k > 1 else ""
+        out = self.inner.invoke(input, config, **kwargs)
+        text = out.content if isinstance(out, ToolMessage) else str(out)
+        world.fire(conf["thread_id"], LedgerEntry(key, self.name, args_json, turn), str(text))
+        return _named(out, input["id"])
 
 
 def _message(content, call_id: str, name: str) -> ToolMessage:
