@@ -137,6 +137,23 @@ def test_readme_langgraph_example_makes_a_prebuilt_agent_forgettable(tmp_path, m
     assert (r.tau, r.T, r.checkpoint, r.transitions) == (2, 3, 1, 2)
     stored = b"".join(p.read_bytes() for p in tmp_path.glob("agent.sqlite*"))
     assert b"diabetes" not in stored and b"I need a doctor" in stored
+    # the thread is the one a fresh agent gets without "med" (its turn still a turn), K/V included
+    import sqlite3
+
+    import torch
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.prebuilt import create_react_agent
+
+    from unsee.impl.integrations.langgraph.runtime import thread_values
+
+    kv = [tuple(t.clone() for t in pair) for pair in env["llm"].context.kv()]
+    twin = create_react_agent(env["llm"], [env["read_only"](env["find_doctor"]), env["booking"]],
+                              checkpointer=SqliteSaver(sqlite3.connect(":memory:", check_same_thread=False)))
+    for source, text in [("u1", "I need a doctor"), ("med", None), ("u2", "book a visit")]:
+        twin.invoke({"messages": [env["source_message"](text, source)] if text else []}, env["config"])
+    assert thread_values(twin.get_state(env["config"]).values) == thread_values(env["agent"].get_state(env["config"]).values)
+    twin_kv = env["llm"].context.kv()
+    assert len(kv) == len(twin_kv) and all(torch.equal(a, b) for p, q in zip(kv, twin_kv) for a, b in zip(p, q))
 
 
 def _cli_reference():
