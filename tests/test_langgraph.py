@@ -29,7 +29,7 @@ from langgraph.prebuilt import create_react_agent
 
 from unsee.model.grammar import JsonSchema
 from unsee.model.session import UnseeError
-from unsee.model.state import Config, Observation, Part
+from unsee.model.state import Observation, Part
 from unsee.specs import oracle
 from unsee.specs.harness import verify
 from unsee.specs.vectors import load_vectors, run_vectors
@@ -365,7 +365,14 @@ def test_the_kits_command_passes_on_the_langgraph_runtime(tmp_path):
                         "--unsee-runtime=unsee.impl.integrations.langgraph:langgraph_tiny_llama",
                         "--unsee-max-examples=10", "--unsee-max-steps=10", "-p", "no:cacheprovider", "-q"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=1800, env=dict(os.environ))
-    assert p.returncode == 0 or "the run never reached" in p.stdout, p.stdout + p.stderr
+    if p.returncode != 0:
+        # At 10 examples the run may not reach every coverage target, and the kit refuses to vouch
+        # for a placement it never reached. Every statement must still hold: that coverage refusal
+        # must be the run's only failure.
+        assert "1 failed, 1 passed" in p.stdout and p.stdout.count("FAILED") == 1, p.stdout + p.stderr
+        assert "the run never reached" in p.stdout, p.stdout
+    else:
+        assert "2 passed" in p.stdout, p.stdout + p.stderr
 
 
 @pytest.mark.slow
@@ -384,3 +391,21 @@ def test_smollm2_books_with_the_medical_detail_and_the_forget_lists_it_for_compe
     assert tools.runs["book_appointment"] == 1 and rt.world == (fired,)
     (entry,) = [c for c in r.compensation if c["committed"] is not None]
     assert entry["committed"] == json.loads(fired.args) and entry["reason"] == "counterfactual makes no such call"
+
+
+def test_a_part_standing_instead_of_the_target_puts_tau_before_it(tmp_path):
+    """model.session.locate_target: a part shown only without z is read only in the twin's world,
+    so the shared prefix ends before it, even though z itself enters later."""
+    from unsee.impl.integrations.langgraph.forget import messages_of
+
+    agent, _ = scripted_agent(tmp_path / "a.sqlite", L.deterministic(Scripted()))
+    cfg = {"configurable": {"thread_id": "t1"}}
+    stream = [Observation("user", (Part("u1", "hello"), Part("alt", "file size 10", instead_of="z"))),
+              Observation("user", (Part("z", SECRET),)), Observation("user", (Part("u2", "thanks"),))]
+    for o in stream:
+        agent.invoke({"messages": messages_of(o)}, cfg)
+    r = L.forget(agent, "t1", ["z"])
+    assert (r.tau, r.checkpoint, r.transitions) == (1, 0, 3)
+    assert list(r.replayed) == [o.without({"z"}) for o in stream]
+    texts = [m.content for m in agent.get_state(cfg).values["messages"]]
+    assert "file size 10" in texts and SECRET not in texts
