@@ -374,7 +374,7 @@ def forget(db: Path = typer.Option(..., help="The session store."),
     table = Table(title=f"receipt: forget {len(source)} source(s) ({method})")
     table.add_column("field")
     table.add_column("value", justify="right")
-    for k in ("tau", "T", "checkpoint", "transitions", "tokens_prefilled", "tokens_decoded",
+    for k in ("tau", "T", "checkpoint", "transitions", "tokens_prefilled", "tokens_decoded", "tokens_verified",
               "tokens_restored", "tokens_rematerialized", "seconds", "load_seconds", "open_seconds",
               "save_seconds"):
         table.add_row(k, str(doc[k]))

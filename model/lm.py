@@ -83,7 +83,12 @@ class LM(Protocol):
     prefix cache from `prefix_cache`, B5′) and `trust` (prefill a recorded reply unchecked:
     the bench's labelled oracle comparison, not exact) apply to the one call that passes them.
     Optional: `kv_length(kv)`, the context tokens a cache holds; where a model has it, `restore`
-    checks a restored cache against the checkpoint's context."""
+    checks a restored cache against the checkpoint's context.
+
+    `decode` returns (reply, kv, tokens decoded one per forward, tokens of the reply pushed
+    through a prefill: a checked draft, the final check of a decoded reply). An LM that returns
+    only the first three has no such prefills. Optional: `decode_cost(n)`, the tokens decoding an
+    n-token reply without a draft costs (both counts); without it, n."""
 
     name: str
 
@@ -94,7 +99,7 @@ class LM(Protocol):
     def empty(self) -> Any: ...
     def prefill(self, kv: Any, tokens, logits: bool = False, reuse: Any = None) -> Any: ...
     def decode(self, kv: Any, n: int, draw_list, hint=None, trust: bool = False, constraint=None
-               ) -> tuple[tuple[int, ...], Any, int]: ...
+               ) -> tuple[tuple[int, ...], Any, int, int]: ...
     def crop(self, kv: Any, n: int) -> Any: ...
     def resident(self, kv: Any) -> bool: ...
     def rebuild(self, tokens, blocks) -> tuple[Any, int]: ...
@@ -123,22 +128,25 @@ def constrained(kv, n: int, draw_list, hint, schema):
     Token i is the choice among the tokens the matcher allows after tokens 0..i−1, so the mask is a
     function of the reply so far and the reply is still the unique fixed point of the choices. A
     draft (`hint`) is checked token by token against those choices and decoding resumes at the
-    first disagreement. Returns (tokens, kv, tokens decoded one forward at a time)."""
+    first disagreement. Returns (tokens, kv, tokens decoded one forward at a time, draft tokens
+    extended as they were checked)."""
     m = schema.matcher()
     out: list[int] = []
-    decoded = 0
+    decoded = verified = 0
     draft = list(hint) if hint is not None else []
     while len(out) < n:
         allowed = [ord(c) for c in m.allowed()] + ([END] if m.complete() else [])
         tok = masked_token(kv, allowed, None if draw_list is None else draw_list[len(out)])
-        if len(out) >= len(draft) or draft[len(out)] != tok:
+        if len(out) < len(draft) and draft[len(out)] == tok:
+            verified += 1
+        else:
             draft, decoded = [], decoded + 1
         out.append(tok)
         kv = extend(kv, (tok,))
         if tok == END:
             break
         m.consume(chr(tok))
-    return tuple(out), kv, decoded
+    return tuple(out), kv, decoded, verified
 
 
 class ReferenceLM:
@@ -183,7 +191,8 @@ class ReferenceLM:
 
     def decode(self, kv, n: int, draw_list, hint=None, trust: bool = False, constraint=None):
         """F's reply: n tokens, each the choice after the context and the tokens before it.
-        Returns (tokens, kv, tokens decoded one forward at a time).
+        Returns (tokens, kv, tokens decoded one forward at a time, tokens verified: the draft's
+        tokens extended as they were checked).
 
         `hint` (a recorded reply) is a draft: every token of it is checked against the choice
         the context makes, and only from the first disagreement on is the rest decoded. The
@@ -195,18 +204,22 @@ class ReferenceLM:
         if constraint is not None:
             return constrained(kv, n, draw_list, hint, constraint)
         if trust and hint is not None and len(hint) == n:
-            return tuple(hint), extend(kv, tuple(hint)), 0
+            return tuple(hint), extend(kv, tuple(hint)), 0, n
         if n == 0:
-            return (), kv, 0
+            return (), kv, 0, 0
         k = 0
         if hint is not None and len(hint) == n:
             while k < n and next_token(kv, None if draw_list is None else draw_list[k]) == hint[k]:
                 kv = extend(kv, (hint[k],))
                 k += 1
         if k == n:
-            return tuple(hint), kv, 0
+            return tuple(hint), kv, 0, n
         rest, kv = decode(kv, n - k, None if draw_list is None else draw_list[k:])
-        return (tuple(hint[:k]) if k else ()) + rest, kv, n - k
+        return (tuple(hint[:k]) if k else ()) + rest, kv, n - k, k
+
+    def decode_cost(self, n: int) -> int:
+        """Decoding n tokens without a draft: n one-token extends (a checked draft costs the same)."""
+        return n
 
     def crop(self, kv, n: int):
         return kv[:n]

@@ -74,6 +74,12 @@ class Receipt:
     tokens_restored: int = 0  # R_{c} context rows read back from K/V pages (no compute)
     replies: int = 0  # model turns the replay produced
     replies_skipped: int = 0  # of which the recorded reply was F's: checked by one prefill, not decoded
+    tokens_verified: int = 0  # reply tokens prefilled to check a draft or a decoded reply (their K/V)
+
+    @property
+    def tokens_computed(self) -> int:
+        """Every token a forward computed: prompt blocks, decoding, verification and re-materializing."""
+        return self.tokens_prefilled + self.tokens_decoded + self.tokens_verified + self.tokens_rematerialized
 
 
 @dataclass(frozen=True)
@@ -327,7 +333,7 @@ def make_receipt(method, sources, tau, s, new, c, meter, t0, taint, dedup, comp,
     return Receipt(tuple(sources), method, tau, s.T, c, meter.transitions, meter.tokens_prefilled,
                    meter.tokens_decoded, meter.tokens_rematerialized, time.perf_counter() - t0,
                    layer_digests(new.state, s.lm), tuple(sorted(taint)), tuple(comp), tuple(dedup), replayed,
-                   meter.tokens_restored, meter.replies, meter.replies_skipped)
+                   meter.tokens_restored, meter.replies, meter.replies_skipped, meter.tokens_verified)
 
 
 def locate_target(s: Session, sources):
@@ -366,6 +372,9 @@ def selective_replay(s: Session, sources, checkpoint: int | None = None, indepen
     c = choose_checkpoint(cands, tau)  # line 4
     meter = Meter()
     start = restore(s, c, meter)  # line 5
+    # a draft may waste at most what the restore saved against a full reset, which computes every
+    # one of R_c's context tokens at least once: B7 never computes more tokens than B5
+    meter.draft_credit = len(start.tokens) - meter.tokens_rematerialized
     new, dedup, comp, replayed = replay_suffix(s, start, c.boundary, sources, meter, drafts and mode is None,
                                          independent, mode)  # lines 6–10
     return new, make_receipt("B7" if mode is None else f"B7-{mode}", sources, tau, s, new, c.boundary, meter, t0, taint, dedup, comp, replayed)

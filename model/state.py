@@ -259,7 +259,8 @@ class _Lookup:
 class _Turn:
     """Accumulates one transition's outputs; `freeze` returns the new State."""
 
-    def __init__(self, state: State, turn: int, model, hints=None, reuse=None, trust: bool = False) -> None:
+    def __init__(self, state: State, turn: int, model, hints=None, reuse=None, trust: bool = False,
+                 credit: int | None = None) -> None:
         self.lm = model
         self.hints = list(hints or ())  # a recorded run's replies, in decode order: drafts only
         self.reuse = reuse  # B5′'s prefix cache, or None
@@ -279,6 +280,8 @@ class _Turn:
         self.inputs: tuple[str, ...] = ()
         self.prefilled = 0
         self.decoded = 0
+        self.verified = 0  # reply tokens pushed through a prefill (a draft's check, a decoded reply's)
+        self.credit = credit  # tokens drafts may still waste (None: no bound)
         self.replies = 0  # decodes of at least one token
         self.skipped = 0  # of which the draft was F's reply: no token decoded
 
@@ -334,16 +337,26 @@ class _Turn:
         self.kv = self.lm.prefill(self.kv, head, logits=True)
         hint = self.hints.pop(0) if self.hints else None
         constraint = None if tool is None else self.lm.grammar(tool)
-        out, self.kv, decoded = self.lm.decode(self.kv, n, draw, hint, trust=self.trust, constraint=constraint)
+        size = 0 if hint is None else len(hint)  # a call's reply may end before n: its draft may too
+        drafting = n > 0 and not self.trust and (size == n if constraint is None else 0 < size <= n)
+        if drafting and self.credit is not None and self.credit < size:
+            hint, drafting = None, False  # a rejected draft could cost more than drafts have saved
+        res = self.lm.decode(self.kv, n, draw, hint, trust=self.trust, constraint=constraint)
+        out, self.kv, decoded = res[:3]
+        verified = res[3] if len(res) > 3 else 0
+        if drafting and self.credit is not None:  # what the draft saved (or cost) against decoding
+            cost = getattr(self.lm, "decode_cost", None)
+            self.credit += (size if cost is None else cost(size)) - decoded - verified
         self.outputs.append(out)
         aid = self.artifact(type_, self.last_block(), span=(start, start + len(head) + len(out)))
         self.tokens.extend(head + out)
         self.blocks.append(Block(aid, "assistant", start, len(self.tokens), len(head)))
         self.prefilled += len(head)
         self.decoded += decoded
+        self.verified += verified
         if n:
             self.replies += 1
-            self.skipped += decoded == 0
+            self.skipped += hint is not None and decoded == 0 and out == tuple(hint)
         return aid, out
 
     def freeze(self, **changes) -> State:
@@ -368,11 +381,21 @@ class Meter:
 
     transitions: int = 0
     tokens_prefilled: int = 0
-    tokens_decoded: int = 0
+    tokens_decoded: int = 0  # tokens fed through the model one per forward
+    tokens_verified: int = 0  # reply tokens prefilled to check a draft or a decoded reply (its K/V)
     tokens_rematerialized: int = 0  # restore: context rows recomputed from the recorded tokens
     tokens_restored: int = 0  # restore: context rows read back (K/V pages), no compute
     replies: int = 0  # model turns decoded (replies, plans, summaries)
     replies_skipped: int = 0  # of which a recorded draft was F's reply: one prefill, no decoding
+    # Tokens recorded drafts may still waste: a draft of n tokens is tried only while this is at
+    # least n, and each draft adds what it saved against decoding (negative when it was rejected).
+    # None: no bound. B7 starts it at what its restore saved against a full reset.
+    draft_credit: int | None = None
+
+    @property
+    def tokens_computed(self) -> int:
+        """Every token some forward computed: prompt blocks, decoding, verification, re-materializing."""
+        return self.tokens_prefilled + self.tokens_decoded + self.tokens_verified + self.tokens_rematerialized
 
 
 def step(state: State, obs: Observation, meter: Meter | None = None, model: lm.LM = lm.REFERENCE, hints=None,
@@ -381,9 +404,10 @@ def step(state: State, obs: Observation, meter: Meter | None = None, model: lm.L
 
     `hints`: the replies a recorded run of this transition produced, as drafts. F's result does
     not depend on them (each reply is the unique fixed point of the model's choices); a draft
-    that is already that fixed point is accepted after one check instead of being decoded.
+    that is already that fixed point is accepted after one check instead of being decoded. A
+    meter's `draft_credit` bounds what rejected drafts may cost (see `Meter`).
     `reuse` and `trust` are the fast paths of `LM.prefill` and `LM.decode`, for this transition only."""
-    b = _Turn(state, state.turn + 1, model, hints, reuse, trust)
+    b = _Turn(state, state.turn + 1, model, hints, reuse, trust, None if meter is None else meter.draft_credit)
     fields = [b.field(obs.kind, part) for part in obs.visible]
     b.inputs = tuple(fields) + b.last_block()
     commit_pending(b, state.plan)
@@ -401,6 +425,8 @@ def step(state: State, obs: Observation, meter: Meter | None = None, model: lm.L
         meter.transitions += 1
         meter.tokens_prefilled += b.prefilled
         meter.tokens_decoded += b.decoded
+        meter.tokens_verified += b.verified
+        meter.draft_credit = b.credit
         meter.replies += b.replies
         meter.replies_skipped += b.skipped
     return b.freeze(plan=plan, summary=summary)

@@ -62,7 +62,9 @@ objects, strings (`minLength`, `maxLength`), integers (`minimum`, `maximum`), bo
 
 `unsee forget --json PATH` (and `Agent.forget`) writes the receipt: `sources`, `method`, `tau`,
 `T`, `checkpoint`, `transitions` (invocations of F: T−τ+1 for B7 under the `every` checkpoint
-policy, T for B5), `tokens_prefilled`, `tokens_decoded`, `replies`, `replies_skipped` (recorded
+policy, T for B5), `tokens_prefilled` (prompt blocks and headers), `tokens_decoded` (fed one per
+forward), `tokens_verified` (reply tokens prefilled to check a draft or a decoded reply; every
+forward is in one of these counts), `replies`, `replies_skipped` (recorded
 replies accepted as F's own after one check), `tokens_restored` (read from K/V pages),
 `tokens_rematerialized` (recomputed from the recorded tokens when pages are absent), `seconds`
 (the forget itself), `load_seconds` (model load), `open_seconds` (model and stored session),

@@ -17,6 +17,7 @@ from hypothesis import seed as hyp_seed
 
 from unsee.specs import oracle
 from unsee.specs import statements as S
+from unsee.specs.protocol import call, checked
 from unsee.specs.strategies import TARGETS, configs, observation_code, programs
 
 
@@ -65,12 +66,8 @@ def coverage_of(ob: S.Observed, tally: Tally, method: str = "B7") -> None:
         tally.note("checkpoint forced")
     if r.compensation:
         tally.note("side effect needs compensation (A3 fails)")
-    if getattr(r, "tokens_rematerialized", 0):
+    if (r.given or {}).get("tokens_rematerialized"):
         tally.note("cache re-materialized (not resident)")
-
-
-class RuntimeRaised(S.SpecViolation):
-    """The runtime under test raised an exception where the protocol expects a result."""
 
 
 class Trace:
@@ -85,16 +82,6 @@ class Trace:
 
     def code(self) -> list[str]:
         return ["from unsee.model import Observation, Part", *self.lines]
-
-
-def call(fn, what: str, where: str):
-    """Run one protocol call; an exception becomes a violation that names it."""
-    try:
-        return fn()
-    except AssertionError:
-        raise
-    except Exception as e:  # noqa: BLE001 -- any exception of the runtime is the finding
-        raise RuntimeRaised(f"the runtime raised {type(e).__name__}: {e} at {where} ({what})") from e
 
 
 def check_forget(factory, observations, sources, tally: Tally, method: str = "B7",
@@ -129,7 +116,7 @@ LIVE_STATEMENTS = (S.theorem1_splicing_equivalence, S.protocol_reports_the_twin,
 
 
 def check_log(rt, log, where: str) -> None:
-    got = tuple(call(lambda: tuple(rt.observations), "rt.observations", where))
+    got = checked(rt).observations
     if got != tuple(log):
         k = next((i for i, (a, b) in enumerate(zip(got, log), 1) if a != b), min(len(got), len(log)) + 1)
         raise S.SpecViolation(f"the runtime's log differs from the stream it was given {where}: "
@@ -145,15 +132,15 @@ def execute(program, factory: Callable, tally: Tally, trace: Trace | None = None
     own. `policy`: the checkpoint policy the runtime was built with, whose promised
     checkpoints are then checked (None: only the runtime's own list is known)."""
     trace = trace if trace is not None else Trace()
-    rt = call(factory, "factory()", "construction")
-    call(rt.reset, "rt.reset()", "the start")
+    rt = checked(call(factory, "factory()", "construction"), "the live runtime")
+    rt.reset()
     log: list = []
     forgotten: tuple = ()  # (source, text) of every part forgotten so far
     history: list[tuple[str, ...]] = []  # the sources of each forget so far
     for k, (op, arg) in enumerate(program, 1):
         if op == "obs":
             trace.add(f"rt.step({observation_code(arg)})")
-            call(lambda: rt.step(arg), "rt.step(...)", f"step {k}")
+            rt.step(arg)
             log.append(arg)
             continue
         present = present_targets(log)
@@ -163,7 +150,7 @@ def execute(program, factory: Callable, tally: Tally, trace: Trace | None = None
         tau = oracle.first_entry(log, chosen)
         checkpoint = None
         if arg.method == "B7" and arg.coarser is not None:
-            before = sorted(b for b in call(lambda: tuple(rt.checkpoints), "rt.checkpoints", f"step {k}") if b < tau)
+            before = sorted(b for b in rt.checkpoints if b < tau)
             checkpoint = before[arg.coarser % len(before)] if before else None
         args = f"{list(chosen)!r}" + (f", method={arg.method!r}" if arg.method != "B7" else "") + \
             (f", checkpoint={checkpoint}" if checkpoint is not None else "")
@@ -180,7 +167,6 @@ def forget_live(rt, factory, log, chosen, tally: Tally, method: str = "B7", chec
     statement on a fresh runtime over that log, then the live forget (after any earlier ones,
     whose forgotten parts are `forgotten` and sources `history`) against the same twin through
     everything the protocol exposes. Returns the new log (the oracle's o^{-z}) and forgotten parts."""
-    args = f"rt.forget({list(chosen)!r}, method={method!r}, checkpoint={checkpoint!r})"
     check_log(rt, log, f"before the forget at {where}")
     note_placement(log, chosen, list(history), policy, tally)
     ob = check_forget(factory, tuple(log), chosen, tally, method, checkpoint, policy)
@@ -189,7 +175,7 @@ def forget_live(rt, factory, log, chosen, tally: Tally, method: str = "B7", chec
                       twin_world=ob.twin_world, twin_graph=ob.twin_graph, twin_log=ob.twin_log,
                       twin_layers=ob.twin_layers, forgotten=forgotten, policy=policy,
                       forced=0 if method == "B5" else checkpoint)
-    call(lambda: S.record_forget(rt, live, method, checkpoint), args, where)
+    S.record_forget(rt, live, method, checkpoint)
     for spec in LIVE_STATEMENTS:
         try:
             spec(live)

@@ -47,6 +47,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from unsee.model import Config, Observation, Part, ReferenceRuntime
 from unsee.specs import oracle
 from unsee.specs.harness import Tally, check_log, forget_live, present_targets
+from unsee.specs.protocol import checked
 from unsee.specs.statements import require
 from unsee.specs.strategies import POLICIES, TARGETS, texts
 
@@ -69,7 +70,7 @@ class RuntimeMachine(RuleBasedStateMachine):
         policy = data.draw(st.sampled_from(self.policies), label="policy")
         self.factory = lambda: self.make_runtime(policy, sampling, seed)
         self.policy = policy if self.policy_known else None
-        self.rt = self.factory()
+        self.rt = checked(self.factory(), "the live runtime")
         self.rt.reset()
         self.log: list[Observation] = []  # the machine's own log: o, minus every forgotten source
         self.forgotten: tuple = ()

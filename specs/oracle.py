@@ -28,6 +28,7 @@ import json
 from dataclasses import replace
 
 from unsee.model.state import CONSEQUENTIAL_TOOLS, Observation
+from unsee.specs.protocol import canonical, plain
 
 # --- the counterfactual stream -------------------------------------------------------------
 
@@ -130,8 +131,9 @@ def transitions(T: int, c: int) -> int:
 
 def compensation(committed, counterfactual_effects, c: int) -> list[dict]:
     """The side effects a forget spliced at c must report: every call after c that the real
-    world committed and the twin does not make with the same tool and arguments, and every
-    call the twin makes that was never committed. One entry per call id:
+    world committed and the twin does not make with the same tool and arguments (compared as
+    canonical JSON), and every call the twin makes that was never committed. One entry per
+    call id, arguments as plain JSON values (tuples become lists):
 
         {"call_id", "tool", "args": the twin's arguments or None,
          "committed": the committed arguments or None, "reason"}
@@ -147,26 +149,29 @@ def compensation(committed, counterfactual_effects, c: int) -> list[dict]:
             continue
         reason = ("not committed" if r is None else "counterfactual makes no such call" if w is None
                   else "arguments differ")
-        out.append({"call_id": cid, "tool": (w or r).tool, "args": None if w is None else decoded(w.args),
-                    "committed": None if r is None else decoded(r.args), "reason": reason})
+        out.append({"call_id": cid, "tool": (w or r).tool, "args": None if w is None else plain(decoded(w.args)),
+                    "committed": None if r is None else plain(decoded(r.args)), "reason": reason})
     return out
 
 
 def decoded(args):
-    """A call's arguments as a JSON value: JSON text is parsed, a sequence becomes a list."""
+    """A call's arguments as a JSON value: JSON text is parsed (a runtime may keep the text it
+    decoded, as unsee does, or the value); anything else is taken as the value."""
     if isinstance(args, str):
-        return json.loads(args)
-    return list(args) if isinstance(args, tuple) else args
+        try:
+            return json.loads(args)
+        except ValueError:
+            return args
+    return args
 
 
 def _call(e) -> tuple[str, str]:
     """A call's identity: its tool and its arguments as canonical JSON text."""
-    return e.tool, json.dumps(decoded(e.args), sort_keys=True, separators=(",", ":"))
+    return e.tool, canonical(decoded(e.args))
 
 
 def deduplicated(committed, counterfactual_effects, c: int) -> list[str]:
     """The calls after c the twin makes exactly as committed: recognised, never fired again."""
     real = {e.call_id: _call(e) for e in committed if e.turn > c}
-    return sorted(e.call_id for e in counterfactual_effects
-                  if e.turn > c and real.get(e.call_id) == _call(e))
+    return sorted(e.call_id for e in counterfactual_effects if e.turn > c and real.get(e.call_id) == _call(e))
 

@@ -14,16 +14,12 @@ The assumptions A1–A3 are preconditions: they are checked, and a violation is 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Sequence
 
 from unsee.model.state import Observation
 from unsee.specs import oracle
-from unsee.specs.protocol import RuntimeFactory
-
-
-class SpecViolation(AssertionError):
-    """A paper statement does not hold on this runtime (the message says where)."""
+from unsee.specs.protocol import Receipt, RuntimeFactory, SpecViolation, checked, plain
 
 
 class AssumptionViolated(SpecViolation):
@@ -51,7 +47,7 @@ class Observed:
     twin_world: tuple = ()
     world_before: tuple = ()
     world_after: tuple = ()
-    receipt: Any = None
+    receipt: Receipt | None = None
     after: dict = field(default_factory=dict)  # digest after the forget
     trajectory: list[dict] | None = None  # digests of R̃_c..R̃_T, when the runtime offers them
     invocations_delta: int = 0
@@ -80,17 +76,20 @@ def forgotten_parts(stream: Sequence[Observation], sources) -> tuple:
 
 
 def drive(rt, stream, digests: list | None = None, graphs: list | None = None) -> None:
+    """Reset `rt` and step it over `stream`, recording digests and graphs of R_0..R_T if asked
+    (every value checked at the protocol's boundary)."""
+    rt = checked(rt)
     rt.reset()
     if digests is not None:
-        digests.append(dict(rt.digest()))
+        digests.append(rt.digest())
     if graphs is not None:
-        graphs.append(rt.graph().copy())
+        graphs.append(rt.graph())
     for o in stream:
         rt.step(o)
         if digests is not None:
-            digests.append(dict(rt.digest()))
+            digests.append(rt.digest())
         if graphs is not None:
-            graphs.append(rt.graph().copy())
+            graphs.append(rt.graph())
 
 
 def observe(factory: RuntimeFactory, stream, sources, method: str = "B7",
@@ -103,7 +102,7 @@ def observe(factory: RuntimeFactory, stream, sources, method: str = "B7",
     ob = Observed(stream, sources, oracle.first_entry(stream, sources),
                   forced=0 if method == "B5" else checkpoint, policy=policy,
                   forgotten=forgotten_parts(stream, sources))
-    rt = factory()
+    rt = checked(factory(), "a fresh runtime driven over the same log")
     drive(rt, stream, ob.real, ob.graphs)
     record_forget(rt, ob, method, checkpoint)
     record_twin(ob, (twin_factory or factory)(), oracle.counterfactual(stream, sources))
@@ -112,37 +111,31 @@ def observe(factory: RuntimeFactory, stream, sources, method: str = "B7",
 
 def record_twin(ob: Observed, twin, stream) -> None:
     """Drive `twin` over `stream` (o^{-z}) and record what the specs compare against."""
+    twin = checked(twin, "the twin (a fresh runtime driven over o^-z)")
     drive(twin, stream, ob.twin)
     ob.twin_invocations = twin.invocations
-    ob.twin_world = tuple(twin.world)
-    ob.twin_graph = twin.graph().copy()
-    ob.twin_log = tuple(twin.observations)
-    ob.twin_layers = layers_of(twin)
-
-
-def layers_of(rt) -> dict | None:
-    """The runtime's optional `layers()`: layer name → the texts it holds there."""
-    if not callable(getattr(rt, "layers", None)):
-        return None
-    return {k: [str(x) for x in v] for k, v in rt.layers().items()}
+    ob.twin_world = twin.world
+    ob.twin_graph = twin.graph()
+    ob.twin_log = twin.observations
+    ob.twin_layers = twin.layers()
 
 
 def record_forget(rt, ob: Observed, method: str = "B7", checkpoint: int | None = None) -> None:
     """Forget `ob.sources` on `rt` and record into `ob` what the protocol exposes before and after."""
+    rt = checked(rt)
     ob.method = method
-    ob.checkpoints = tuple(rt.checkpoints)
-    ob.world_before = tuple(rt.world)
-    ob.graph_before = rt.graph().copy()
+    ob.checkpoints = rt.checkpoints
+    ob.world_before = rt.world
+    ob.graph_before = rt.graph()
     before = rt.invocations
     ob.receipt = rt.forget(list(ob.sources), method=method, checkpoint=checkpoint)
     ob.invocations_delta = rt.invocations - before
-    ob.after = dict(rt.digest())
-    if callable(getattr(rt, "trajectory", None)):
-        ob.trajectory = [dict(d) for d in rt.trajectory()]
-    ob.world_after = tuple(rt.world)
-    ob.graph_after = rt.graph().copy()
-    ob.log_after = tuple(rt.observations)
-    ob.layers_after = layers_of(rt)
+    ob.after = rt.digest()
+    ob.trajectory = rt.trajectory()
+    ob.world_after = rt.world
+    ob.graph_after = rt.graph()
+    ob.log_after = rt.observations
+    ob.layers_after = rt.layers()
 
 
 def graph_rows(g) -> tuple[set, set]:
@@ -247,8 +240,8 @@ def assumption_a1_deterministic_decoding(factory: RuntimeFactory, stream) -> Non
     so two fresh runs over the same stream reach the same state at every step."""
     a: list = []
     b: list = []
-    drive(factory(), stream, a)
-    drive(factory(), stream, b)
+    drive(checked(factory(), "a fresh runtime (A1, first run)"), stream, a)
+    drive(checked(factory(), "a fresh runtime (A1, second run)"), stream, b)
     for t, (x, y) in enumerate(zip(a, b)):
         d = diff_layers(x, y)
         require(not d, f"A1 violated: two runs of the same stream differ at step {t} in layers {d} "
@@ -277,14 +270,13 @@ def assumption_a3_side_effects(ob: Observed) -> None:
     ids = [e.call_id for e in ob.world_after]
     require(len(ids) == len(set(ids)), f"A3: a call id appears twice in the world ledger: {ids}")
     want = oracle.compensation(ob.world_before, ob.twin_world, c)
-    got = sorted((dict(x) for x in ob.receipt.compensation), key=lambda x: str(x.get("call_id")))
-    got_ids = [x.get("call_id") for x in got]
+    got = sorted((x.as_dict() for x in ob.receipt.compensation), key=lambda x: x["call_id"])
+    got_ids = [x["call_id"] for x in got]
     require(got_ids == [x["call_id"] for x in want],
             f"A3 report: compensation lists {got_ids}, the twin shows {[x['call_id'] for x in want]} differ")
-    for g, w in zip(got, want):
-        norm = {k: (list(g[k]) if isinstance(g.get(k), (tuple, list)) else g.get(k)) for k in w}
-        require(norm == w, f"A3 report: compensation entry {norm}, expected {w}")
-    dedup = getattr(ob.receipt, "deduplicated", None)
+    for g, w in zip(got, want):  # arguments compare as canonical JSON (the entries hold plain JSON values)
+        require(g == plain(w), f"A3 report: compensation entry {g}, expected {w}")
+    dedup = ob.receipt.deduplicated
     if dedup is not None:
         want_d = oracle.deduplicated(ob.world_before, ob.twin_world, c)
         require(sorted(dedup) == want_d, f"A3 report: de-duplicated {sorted(dedup)}, expected {want_d}")
@@ -300,17 +292,17 @@ def protocol_reports_the_twin(ob: Observed) -> None:
     r = ob.receipt
     require(r.tau == ob.tau, f"receipt: tau={r.tau}, but {list(ob.sources)} first enter at τ={ob.tau}")
     require(r.T == ob.T, f"receipt: T={r.T}, but the session had T={ob.T} observations before the forget")
-    if isinstance(getattr(r, "method", None), str) and ob.method in ("B7", "B5"):
+    if r.method is not None and ob.method in ("B7", "B5"):
         require(r.method == ob.method, f"receipt: method {r.method!r}, but {ob.method!r} was asked for")
-    if getattr(r, "sources", None) is not None:
+    if r.sources is not None:
         require(sorted(r.sources) == sorted(ob.sources), f"receipt: sources {list(r.sources)}, requested {list(ob.sources)}")
-    if getattr(r, "taint", None) is not None and ob.graph_before is not None:
+    if r.taint is not None and ob.graph_before is not None:
         want = oracle.taint_closure(ob.graph_before, ob.sources)
         got = set(r.taint)
         require(got == want, f"receipt: I(z) has {len(got)} artifacts, the oracle's closure on G_T {len(want)}: "
                              f"extra {sorted(got - want)[:3]}, missing {sorted(want - got)[:3]}")
-    if isinstance(getattr(r, "digests", None), dict) and ob.twin:
-        d = diff_layers(dict(r.digests), ob.twin[-1])
+    if r.digests is not None and ob.twin:
+        d = diff_layers(r.digests, ob.twin[-1])
         require(not d, f"receipt: its digests differ from R^-z_T's in layers {d}")
     if ob.log_after and ob.twin_log:
         require(tuple(ob.log_after) == tuple(ob.twin_log),
@@ -336,6 +328,10 @@ def _texts(obj) -> list[str]:
         return [x for k, v in obj.items() for x in _texts(k) + _texts(v)]
     if isinstance(obj, (tuple, list, set, frozenset)):
         return [x for v in obj for x in _texts(v)]
+    if is_dataclass(obj) and not isinstance(obj, type):  # a record the runtime made (e.g. a compensation entry)
+        return _texts({f.name: getattr(obj, f.name) for f in fields(obj)})
+    if hasattr(obj, "__dict__") and not callable(obj):
+        return _texts(vars(obj))
     return []
 
 
@@ -350,7 +346,8 @@ def privacy_nothing_forgotten_remains(ob: Observed) -> None:
     (the counterfactual never contained z)". After the forget no layer the runtime exposes
     holds what the twin's lacks: no part with a forgotten source id (hidden `instead_of` parts
     included) and no forgotten part's text — in the log, the graph's source ids, the receipt
-    (its replayed observations and every other field but the request's own source ids), and
+    (its replayed observations and every other field but the request's own source ids and the
+    arguments a committed call already sent, which A3 asks it to report), and
     every layer of the optional `layers()` (transcript, memory, artifacts, plans, ledger,
     receipts, pages: whatever the runtime persists). Layers exposed only as digests are
     covered by Theorem 1 (equal to the twin's)."""
@@ -372,10 +369,11 @@ def privacy_nothing_forgotten_remains(ob: Observed) -> None:
         for n, d in ob.graph_after.nodes(data=True):
             scan(f"graph node {n}'s source ids", list(d.get("source_ids", ())))
     r = ob.receipt
-    names = getattr(type(r), "__dataclass_fields__", None) or ("replayed", "compensation")
-    for name in names:
+    for name, value in (r.given or {}).items():  # every field the runtime returned, as it returned it
+        if name == "compensation":  # what a committed call sent is the world's already: A3 asks for it
+            value = [{k: v for k, v in e.as_dict().items() if k != "committed"} for e in r.compensation]
         if name != "sources":
-            scan(f"the receipt's {name}", _texts(getattr(r, name, ())))
+            scan(f"the receipt's {name}", _texts(value))
     for layer, texts in (ob.layers_after or {}).items():
         scan(f"layer {layer!r}", texts)
 

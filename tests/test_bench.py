@@ -282,3 +282,76 @@ def test_the_bench_reports_render_every_committed_result():
     for name in ("store-scaling", "store-scaling-compacting"):  # the committed tables are the JSON's
         doc = json.loads((results / f"{name}.json").read_text())
         assert report_markdown("unsee bench store", [store_tab(doc)]) == (results / f"{name}.md").read_text()
+
+
+# --- honest counts: every forward is in a receipt, and drafts never make B7 dearer than B5 ---
+
+COUNT_SWEEPS = (("agent", 16, 8), ("short", 16, 8))  # the cost law's default shape, and the short one
+
+
+def _forwarded(rt, op):
+    """(receipt, tokens the engine pushed through the model) of one forget on a branch of `rt`."""
+    b = rt.branch()
+    e = b.engine
+    before = e.tokens_prefilled + e.tokens_decoded
+    b.session, r = op(b.session)
+    return r, e.tokens_prefilled + e.tokens_decoded - before
+
+
+@pytest.mark.parametrize("shape,T,reply", COUNT_SWEEPS)
+def test_b7_never_computes_more_tokens_than_b5_at_any_tau_on_tiny_llama(shape, T, reply):
+    from unsee.impl.experiments.bench import SHAPES, sweep_taus
+
+    rows = []
+    for tau in sweep_taus(shape, T):
+        live = live_session("tiny-llama", SHAPES[shape](T, tau, 0.0, reply)[0], reply)
+        r7, n7 = _forwarded(live, lambda s: selective_replay(s, ["z"]))
+        r5, n5 = _forwarded(live, lambda s: full_reset(s, ["z"]))
+        # every forward's tokens are in the receipt: blocks, decoding, verifying prefills, restore
+        assert (r7.tokens_computed, r5.tokens_computed) == (n7, n5 - 1)  # B5's fresh cache prefills BOS
+        assert r7.tokens_verified >= r7.replies_skipped and r5.tokens_verified >= r5.replies
+        rows.append((tau, r7.tokens_computed, r5.tokens_computed))
+    assert all(b7 <= b5 for _, b7, b5 in rows), rows
+
+
+@pytest.mark.parametrize("shape,T,reply", COUNT_SWEEPS)
+def test_b7_never_computes_more_tokens_than_b5_at_any_tau_on_the_reference(shape, T, reply):
+    from unsee.impl.experiments.bench import SHAPES, sweep_taus
+    from unsee.model import run
+
+    for tau in sweep_taus(shape, T):
+        s = run(SHAPES[shape](T, tau, 0.0, reply)[0])
+        (_, r7), (_, r5) = selective_replay(s, ["z"]), full_reset(s, ["z"])
+        assert r7.tokens_computed <= r5.tokens_computed, (tau, r7, r5)
+        assert r5.tokens_decoded > 0 and r7.tokens_decoded + r7.tokens_verified > 0 or tau == T
+
+
+def test_a_rejected_draft_is_tried_only_while_drafts_have_paid():
+    """With no credit, B7 decodes every reply as B5 does; with credit, a draft that is rejected
+    costs its check, and the credit falls by what it cost against decoding."""
+    from unsee.impl.experiments.bench import cost_session
+    from unsee.model.session import append
+    from unsee.model.state import Meter
+
+    episode = cost_session(4, 2, 0.0, 4)[0][:3]  # a system prompt, the target, a 4-token reply
+    live = live_session("tiny-llama", episode, 4)
+    bad = ((live.session.state.outputs[0][0] + 1,) + live.session.state.outputs[0][1:],)  # wrong at token 0
+    counts = {}
+    for credit in (0, 4, None):
+        rt = live.branch()
+        s = replace_last(rt, rt.session)
+        m = Meter(draft_credit=credit)
+        append(s, episode[2], m, hints=bad)  # the reply again, from R_2, with a wrong draft
+        counts[credit] = (m.tokens_decoded, m.tokens_verified, m.draft_credit)
+    assert counts[0] == (4, 4, 0)  # not tried: decoded, then verified once
+    assert counts[4][1] == 8 and counts[4][2] == 4 - 4  # tried at 0: one wasted check of 4 tokens
+    assert counts[None][:2] == counts[4][:2] and counts[None][2] is None
+
+
+def replace_last(rt, s):
+    """`s` with its last transition undone on `rt`'s cache (a replay of it from R_{T-1})."""
+    from dataclasses import replace
+
+    prior = s.states[-2]
+    kv, _ = rt.model.rebuild(prior.tokens, prior.blocks)
+    return replace(s, observations=s.observations[:-1], states=s.states[:-1][:-1] + (replace(prior, kv=kv),))

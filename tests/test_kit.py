@@ -130,3 +130,302 @@ def test_the_guides_state_machine_runs_on_the_example_and_rejects_a_mutant(monke
 
     with pytest.raises(SpecViolation):
         run_state_machine_as_test(Broken, settings=settings(quick, max_examples=200))
+
+
+# --- the protocol's boundary: records as objects or mappings, every value checked -----------------
+
+from dataclasses import asdict, replace as _replace  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
+
+import networkx as nx  # noqa: E402
+
+from unsee.model import Config, Observation, Part, ReferenceRuntime  # noqa: E402
+from unsee.specs import statements as S  # noqa: E402
+from unsee.specs.harness import verify  # noqa: E402
+from unsee.specs.protocol import ProtocolViolation, checked  # noqa: E402
+
+SESSION = (
+    Observation("user", (Part("u1", "plan the trip"),), reply=2),
+    Observation("memory", (Part("z", "alice lives at 12 elm street"),)),
+    Observation("user", (Part("u2", "send it"),), reply=1, tool="send"),
+    Observation("user", (Part("u3", "thanks"),), reply=2, tool="send"),
+)
+
+
+def as_json_args(args) -> dict:
+    """A call's arguments (the reference keeps the JSON text it decoded; compensation entries hold
+    the value) as another JSON object, with two keys whose order can be flipped."""
+    value = json.loads(args) if isinstance(args, str) else args
+    return {"to": f"k{value.get('key')}", "body": value}
+
+
+class Reshaped(ReferenceRuntime):
+    """The reference runtime, returning its records in another shape: `receipt`, `world_entry`,
+    `compensation_entry` and `graph_of` rewrite what it returns (the identity by default)."""
+
+    def receipt(self, r):
+        return r
+
+    def world_entry(self, e):
+        return e
+
+    def compensation_entry(self, c):
+        return c
+
+    def graph_of(self, g):
+        return g
+
+    def forget(self, sources, method="B7", checkpoint=None):
+        r = super().forget(sources, method, checkpoint)
+        return self.receipt(_replace(r, compensation=tuple(self.compensation_entry(c) for c in r.compensation)))
+
+    @property
+    def world(self):
+        return [self.world_entry(e) for e in super().world]
+
+    def graph(self):
+        return self.graph_of(super().graph())
+
+
+def run(cls, stream=SESSION, sources=("z",)):
+    return S.observe(lambda: cls(Config(), "every"), stream, sources, policy="every")
+
+
+class DictRecords(Reshaped):
+    """Everything as dicts, as unsee's own `Agent.forget` returns its receipt; arguments as JSON objects."""
+
+    def receipt(self, r):
+        return asdict(r) | {"replayed": list(r.replayed)}
+
+    def world_entry(self, e):
+        return {"call_id": e.call_id, "tool": e.tool, "args": as_json_args(e.args), "turn": e.turn}
+
+    def compensation_entry(self, c):
+        return {**c, "args": c["args"] and as_json_args(c["args"]), "committed": c["committed"] and as_json_args(c["committed"])}
+
+
+class ObjectRecords(DictRecords):
+    """Everything as objects with attributes (compensation entries included); JSON-object arguments
+    whose keys come in another order than the oracle's."""
+
+    def receipt(self, r):
+        return SimpleNamespace(**super().receipt(r))
+
+    def world_entry(self, e):
+        return SimpleNamespace(**super().world_entry(e))
+
+    def compensation_entry(self, c):
+        d = super().compensation_entry(c)
+        flip = lambda a: a and dict(reversed(list(a.items())))  # noqa: E731
+        return SimpleNamespace(**d | {"args": flip(d["args"]), "committed": flip(d["committed"])})
+
+
+@pytest.mark.parametrize("cls", [DictRecords, ObjectRecords])
+def test_records_as_dicts_or_objects_with_json_arguments_pass_every_statement(cls):
+    ob = run(cls)
+    assert ob.receipt.compensation and all(isinstance(c.committed, dict) for c in ob.receipt.compensation)
+    S.check_all(ob)
+    doc = verify(lambda cfg: lambda: cls(Config(sampling=cfg["sampling"], seed=cfg["seed"]), cfg["policy"]),
+                 examples=15, seed=0)
+    assert doc["failures"] == [] and doc["forgets"] > 0
+
+
+class WrongArguments(DictRecords):
+    """Reports the committed arguments as the twin's (an A3 report the JSON comparison must still catch)."""
+
+    def compensation_entry(self, c):
+        d = super().compensation_entry(c)
+        return d | {"args": d["committed"]}
+
+
+def test_json_arguments_are_compared_not_just_carried():
+    with pytest.raises(S.SpecViolation, match="A3 report: compensation entry"):
+        S.assumption_a3_side_effects(run(WrongArguments))
+
+
+def expect(cls, *fragments: str) -> str:
+    """`cls` stops the kit with a `ProtocolViolation` whose message holds every fragment."""
+    with pytest.raises(ProtocolViolation) as e:
+        run(cls)
+    for fragment in fragments:
+        assert fragment in str(e.value), str(e.value)
+    return str(e.value)
+
+
+def test_a_receipt_without_tau_is_named_at_its_step():
+    class NoTau(DictRecords):
+        def receipt(self, r):
+            return {k: v for k, v in super().receipt(r).items() if k != "tau"}
+
+    msg = expect(NoTau, "the runtime returned a receipt without `tau` at the forget after step 4 of a fresh runtime")
+    assert "(rt.forget(['z'], method='B7', checkpoint=None))" in msg and "add `tau` to it" in msg
+
+
+def test_a_receipt_with_a_wrong_type_is_named():
+    class TextTau(Reshaped):
+        def receipt(self, r):
+            return _replace(r, tau=str(r.tau))
+
+    expect(TextTau, "the runtime returned a receipt with `tau` = a str ('2') at the forget after step 4",
+           "`tau` is an int ≥ 1; give `tau` as a whole number")
+
+    class NoReceipt(Reshaped):
+        def receipt(self, r):
+            return None
+
+    expect(NoReceipt, "the runtime returned a receipt as None at the forget after step 4")
+
+
+def test_a_world_entry_without_call_id_is_named():
+    class NoCallId(DictRecords):
+        def world_entry(self, e):
+            return {k: v for k, v in super().world_entry(e).items() if k != "call_id"}
+
+    expect(NoCallId, "the runtime returned world entry 0 without `call_id` at step 4 of a fresh runtime "
+                     "driven over the same log (rt.world)")
+
+
+def test_a_world_entry_whose_arguments_are_not_json_is_named():
+    class SetArgs(DictRecords):
+        def world_entry(self, e):
+            return super().world_entry(e) | {"args": set(e.args)}
+
+    expect(SetArgs, "world entry 0 with `args` = a set")
+
+
+def test_a_compensation_entry_of_the_wrong_type_is_named():
+    class TupleEntry(Reshaped):
+        def compensation_entry(self, c):
+            return tuple(c.values())
+
+    expect(TupleEntry, "the runtime returned compensation entry 0 as a tuple")
+
+    class BadReason(Reshaped):
+        def compensation_entry(self, c):
+            return c | {"reason": "changed"}
+
+    expect(BadReason, "compensation entry 0 with `reason` = 'changed'", "`reason` is one of 'not committed'")
+
+    class NotAList(Reshaped):
+        def receipt(self, r):
+            return _replace(r, compensation=r.compensation[0] if r.compensation else {})
+
+    expect(NotAList, "the receipt's compensation as a dict")
+
+
+def test_a_graph_that_is_not_a_digraph_is_named():
+    class Undirected(Reshaped):
+        def graph_of(self, g):
+            return nx.Graph(g)
+
+    expect(Undirected, "the runtime returned a graph as a Graph at the start of a fresh runtime driven over the same "
+                       "log (rt.graph()): graph() returns a networkx.DiGraph")
+
+    class NoSources(Reshaped):
+        def graph_of(self, g):
+            for _, d in g.nodes(data=True):
+                d.pop("source_ids")
+            return g
+
+    expect(NoSources, "without `source_ids` at step 1 of a fresh runtime driven over the same log (rt.graph())")
+
+    class TextSources(Reshaped):
+        def graph_of(self, g):
+            for _, d in g.nodes(data=True):
+                d["source_ids"] = ",".join(sorted(d["source_ids"]))
+            return g
+
+    expect(TextSources, "with `source_ids` = a str")
+
+
+def test_digests_log_counters_and_checkpoints_are_checked():
+    class ListDigest(Reshaped):
+        def digest(self):
+            return list(super().digest().values())
+
+    expect(ListDigest, "the runtime returned digest() as a list")
+
+    class BytesDigest(Reshaped):
+        def digest(self):
+            return {k: v.encode() for k, v in super().digest().items()}
+
+    expect(BytesDigest, "each layer name and each digest is a str")
+
+    class JsonLog(Reshaped):
+        @property
+        def observations(self):
+            return [o.to_json() for o in super().observations]
+
+    expect(JsonLog, "the log with item 0 as a dict")
+
+    class FloatCount(Reshaped):
+        @property
+        def invocations(self):
+            return float(super().invocations)
+
+    expect(FloatCount, "invocations with `invocations` = a float")
+
+    class TextCheckpoints(Reshaped):
+        @property
+        def checkpoints(self):
+            return "0,1,2"
+
+    expect(TextCheckpoints, "the checkpoints as a str")
+
+
+def test_a_factory_that_returns_no_runtime_is_named():
+    with pytest.raises(ProtocolViolation, match="lacks reset, step, forget, digest, graph, invocations, "
+                                                "observations, checkpoints, world"):
+        checked(object())
+
+
+def test_a_protocol_mistake_reaches_the_kit_report_with_a_trace():
+    """Through `verify`, as the kit prints it: the guide's form and a runnable trace, no traceback."""
+    class NoTau(DictRecords):
+        def receipt(self, r):
+            return {k: v for k, v in super().receipt(r).items() if k != "tau"}
+
+    doc = verify(lambda cfg: lambda: NoTau(Config(sampling=cfg["sampling"], seed=cfg["seed"]), cfg["policy"]),
+                 examples=5, seed=0, shrink_seconds=5)
+    assert len(doc["failures"]) == 1
+    f = doc["failures"][0]
+    assert f["statement"] == "ProtocolViolation"
+    assert re.search(r"the runtime returned a receipt without `tau` at the forget after step \d+ of ", f["message"])
+    assert any("rt.forget(" in x for x in f["trace"])
+
+
+def test_the_guide_lists_every_field_of_every_record():
+    """The guide's "The types" section names each field the boundary checks, with whether it is required."""
+    from unsee.specs.protocol import COMPENSATION_ENTRY, NODE, RECEIPT, WORLD_ENTRY
+
+    guide = (ROOT / "docs" / "verify-your-runtime.md").read_text()
+    types = guide[guide.index("### The types"):guide.index("### What the kit compares against")]
+    for record, spec in (("receipt", RECEIPT), ("world entry", WORLD_ENTRY), ("compensation entry", COMPENSATION_ENTRY),
+                         ("graph node", NODE)):
+        for name, (required, _) in spec.items():
+            assert f"| {record} | `{name}` | {'yes' if required else 'no'} |" in types, (record, name)
+
+
+def test_the_ledger_example_passes_with_dict_records_and_side_effects(monkeypatch):
+    """docs/examples/ledger_runtime.py: dict receipts, world and compensation entries, JSON-object
+    arguments, only the promised checkpoints; the run reaches forgets that must report compensation."""
+    monkeypatch.syspath_prepend(str(ROOT / "docs" / "examples"))
+    from ledger_runtime import LedgerRuntime
+
+    doc = verify(lambda cfg: lambda: LedgerRuntime(cfg), examples=40, seed=0)
+    assert doc["failures"] == [], doc["failures"][0]["message"]
+    assert doc["coverage"]["side effect needs compensation (A3 fails)"] > 0
+    assert doc["coverage"]["policy has no checkpoint at tau-1"] > 0
+
+
+def test_a_committed_call_that_sent_forgotten_text_is_reported_not_a_privacy_failure(monkeypatch):
+    """A3 asks the receipt for what a committed call sent; when that held the forgotten text the
+    world has it already, and the privacy statement does not count the report against the runtime."""
+    monkeypatch.syspath_prepend(str(ROOT / "docs" / "examples"))
+    from ledger_runtime import LedgerRuntime
+
+    stream = (Observation("user", (Part("z1", "alice lives"),), tool="send"), Observation("user", (Part("s1", "ok"),)))
+    ob = S.observe(lambda: LedgerRuntime({"policy": "every"}), stream, ["z1"], policy="every")
+    (entry,) = ob.receipt.compensation
+    assert entry.committed == {"to": "bob", "text": "alice lives"} and entry.reason == "arguments differ"
+    S.check_all(ob)

@@ -59,15 +59,15 @@ def test_session_start_policy_replays_everything():
 
 def test_compaction_after_tau_forces_rematerialized_prefix():
     ob = S.observe(factory(), SESSION, ["z"])
-    assert ob.receipt.tokens_rematerialized > 0  # the compaction at t=5 rebuilt the cache
+    assert ob.receipt.given["tokens_rematerialized"] > 0  # the compaction at t=5 rebuilt the cache
     S.check_all(ob)
 
 
 def test_changed_side_effect_is_listed_for_compensation():
     ob = S.observe(factory(), SESSION, ["z"])
     comp = ob.receipt.compensation
-    assert [c["call_id"] for c in comp] == ["call-t4"]
-    assert comp[0]["reason"] == "arguments differ"
+    assert [c.call_id for c in comp] == ["call-t4"]
+    assert comp[0].reason == "arguments differ"
     S.assumption_a3_side_effects(ob)  # the report matches the twin; nothing fired twice
     assert ob.world_after == ob.world_before
 

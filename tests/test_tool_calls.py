@@ -75,18 +75,18 @@ def _constrained(kv, hint, draws=None):
 def test_a_wrong_draft_gives_exactly_the_decoded_reply_from_its_first_wrong_token(seed, k, byte, sampled):
     kv = extend((), (seed, 7, 11))
     draws = [random.Random(seed).randrange(1 << 30) for _ in range(64)] if sampled else None
-    want, kv_want, decoded = _constrained(kv, None, draws)
-    assert decoded == len(want) and want[-1] == END
+    want, kv_want, decoded, verified = _constrained(kv, None, draws)
+    assert (decoded, verified) == (len(want), 0) and want[-1] == END
     assert SHIP_GIFT.arguments.validate(REFERENCE.json_text(want)) is not None
     same = _constrained(kv, want, draws)
-    assert same == (want, kv_want, 0)  # F's own reply as the draft: checked, nothing decoded
+    assert same == (want, kv_want, 0, len(want))  # F's own reply as the draft: checked, nothing decoded
     k = k % len(want)
     if byte == want[k]:
         byte = (byte + 1) % 256  # a token the grammar may well forbid here: the check must see the mask
     wrong = want[:k] + (byte,) + want[k + 1:]
-    got, kv_got, decoded = _constrained(kv, wrong, draws)
+    got, kv_got, decoded, verified = _constrained(kv, wrong, draws)
     assert (got, kv_got) == (want, kv_want)
-    assert decoded == len(want) - k
+    assert (decoded, verified) == (len(want) - k, k)
 
 
 def test_the_mask_is_part_of_the_choice():
@@ -94,7 +94,7 @@ def test_the_mask_is_part_of_the_choice():
     kv = extend((), (1, 2, 3))
     free, _ = REFERENCE.decode(kv, 12, None)[:2]
     assert any(t >= 256 for t in free)
-    out, _, _ = _constrained(kv, None)
+    out = _constrained(kv, None)[0]
     assert all(t < 256 for t in out[:-1]) and out[-1] == END
 
 
@@ -131,17 +131,19 @@ def test_constrained_replies_are_fixed_points_on_the_engine(name, sampled):
         kv = lm.empty()
         kv = lm.prefill(kv, lm.encode("user", "Please ship it to 5 Elm Street, Oslo."))
         kv = lm.prefill(kv, lm.header("plan", tool.name), logits=True)
-        out, kv, decoded = lm.decode(kv, 64, draws, hint, constraint=lm.grammar(tool))
-        return out, [(k.clone(), v.clone()) for k, v in lm.engine.kv_tensors()], decoded
+        out, kv, decoded, verified = lm.decode(kv, 64, draws, hint, constraint=lm.grammar(tool))
+        return out, [(k.clone(), v.clone()) for k, v in lm.engine.kv_tensors()], decoded, verified
 
-    want, kv_want, decoded = call(None)
+    want, kv_want, decoded, verified = call(None)
     assert decoded == len(want) - 1  # the first token comes from the header's row, each later one from a forward
+    assert verified == len(want)  # and the reply's one prefill, whose rows agree with every choice
     assert tool.arguments.validate(lm.json_text(want)) is not None, lm.json_text(want)
     for hint, k in [(want, len(want)), (want[:1] + (want[0],) + want[2:], 1), ((want[0] + 1,) + want[1:], 0)]:
-        got, kv_got, decoded = call(hint)
+        got, kv_got, decoded, verified = call(hint)
         assert got == want
         assert all(torch.equal(a, b) for x, y in zip(kv_got, kv_want) for a, b in zip(x, y))
         assert decoded == max(len(want) - k - 1, 0)  # decoding resumes at k; the last token needs no forward
+        assert verified == len(want) * (1 if k == len(want) else 2)  # the draft's prefill, then the fixed point's
 
 
 # --- episodes and stores ---------------------------------------------------------------------

@@ -40,6 +40,7 @@ class KVEngine:
         self.forwards = 0
         self.tokens_prefilled = 0
         self.tokens_decoded = 0
+        self.tokens_verified = 0  # of tokens_prefilled: replies prefilled by `fixed_point` (their check)
         self.verify_seconds = 0.0  # prefills that check a reply's fixed point (reported, never asserted)
         self.recorder: list | None = None
 
@@ -115,11 +116,13 @@ class KVEngine:
         draft = [int(t) for t in draft]
         if not exact_rows:
             self.prefill_logits(draft)
+            self.tokens_verified += n
             return tuple(draft), decoded, 1
         for passes in range(1, n + 2):
             t0 = time.perf_counter()
             block = self.prefill_logits(draft)  # [n, V]: row i picks x_{i+1}
             self.verify_seconds += time.perf_counter() - t0
+            self.tokens_verified += n
             k = next((i for i in range(n) if self.choose(head if i == 0 else block[i - 1],
                                                           None if draws is None else draws[i]) != draft[i]), None)
             if k is None:
@@ -169,11 +172,13 @@ class KVEngine:
         draft = [int(t) for t in draft]
         if not exact_rows:
             self.prefill_logits(draft)
+            self.tokens_verified += len(draft)
             return tuple(draft), decoded, 1
         for passes in range(1, n + 2):
             t0 = time.perf_counter()
             block = self.prefill_logits(draft)  # [len, V]: row i picks x_{i+1}
             self.verify_seconds += time.perf_counter() - t0
+            self.tokens_verified += len(draft)
             m, k = grammar.matcher(), None
             for i, tok in enumerate(draft):
                 row = head if i == 0 else block[i - 1]

@@ -130,26 +130,32 @@ class TorchLM:
 
     def decode(self, kv: KVRef, n: int, draws, hint=None, trust: bool = False, constraint=None):
         """F's reply (KVEngine.fixed_point), from the recorded `hint` as the draft when the
-        backend keeps rows independent. Returns (reply, ref, tokens decoded one per forward).
-        `trust` prefills the hint unchecked: the bench's labelled oracle comparison, not exact.
-        `constraint` (from `grammar`): at most n tokens under a tool's JSON schema."""
+        backend keeps rows independent. Returns (reply, ref, tokens decoded one per forward,
+        tokens of the reply's prefills). `trust` prefills the hint unchecked: the bench's labelled
+        oracle comparison, not exact. `constraint` (from `grammar`): at most n tokens under a
+        tool's JSON schema."""
         self._live(kv)
+        v0 = self.engine.tokens_verified
         if constraint is not None:
             out, decoded, passes = self.engine.fixed_point_under(n, draws, hint, constraint, exact_rows=self.drafts_ok)
             self.passes += passes
             self.ctx += list(out)
-            return out, self._ref(), decoded
+            return out, self._ref(), decoded, self.engine.tokens_verified - v0
         if trust and hint is not None and len(hint) == n:
             rec = tuple(int(t) for t in hint)
             self.engine.prefill(rec)
             self.ctx += list(rec)
-            return rec, self._ref(), 0
+            return rec, self._ref(), 0, len(rec)
         if n == 0:
-            return (), self._ref(), 0
+            return (), self._ref(), 0, 0
         out, decoded, passes = self.engine.fixed_point(n, draws, hint, exact_rows=self.drafts_ok)
         self.passes += passes
         self.ctx += list(out)
-        return out, self._ref(), decoded
+        return out, self._ref(), decoded, self.engine.tokens_verified - v0
+
+    def decode_cost(self, n: int) -> int:
+        """Decoding an n-token reply without a draft: n one-token forwards, then the reply's prefill."""
+        return 2 * n if n else 0
 
     def kv_length(self, kv: KVRef) -> int:
         """Context tokens the resident cache holds (the BOS row is the engine's, not the

@@ -1,8 +1,9 @@
 """The cost law, measured: B5, B5′ and B7 side by side on the same contaminated sessions.
 
-Costs are the engine's own counters (forward calls, tokens prefilled, tokens decoded,
-prefix-cache hits) and wall time (median of repeats). "Recomputed tokens" = prefilled +
-decoded: what a method had to push through the model.
+Costs are the engine's own counters (forward calls, tokens prefilled, tokens decoded, reply
+tokens verified, prefix-cache hits) and wall time (median of repeats). "Recomputed tokens" =
+prefilled + decoded + verified: every token any forward pushed through the model (re-materialized
+context included, as prefilled).
 """
 
 from __future__ import annotations
@@ -296,7 +297,7 @@ def _measure(live, method: str, independent=frozenset(), repeats: int = 1) -> tu
     for _ in range(repeats):
         rt = live.branch()
         e, lm = rt.engine, rt.model
-        p0, d0, f0, h0 = e.tokens_prefilled, e.tokens_decoded, e.forwards, lm.hits
+        p0, d0, v0, f0, h0 = e.tokens_prefilled, e.tokens_decoded, e.tokens_verified, e.forwards, lm.hits
         t0 = time.perf_counter()
         if method == "B5":
             rt.session, r = full_reset(rt.session, ["z"])
@@ -309,12 +310,13 @@ def _measure(live, method: str, independent=frozenset(), repeats: int = 1) -> tu
         else:  # B7-oracle: the labelled comparison that trusts the independence marking
             rt.session, r = selective_replay(rt.session, ["z"], independent=independent, mode=method.split("-")[1])
         times.append(time.perf_counter() - t0)
-        last = (rt, {"transitions": r.transitions, "tokens_prefilled": e.tokens_prefilled - p0,
-                     "tokens_decoded": e.tokens_decoded - d0, "forwards": e.forwards - f0,
+        verified = e.tokens_verified - v0  # a part of the engine's prefilled tokens
+        last = (rt, {"transitions": r.transitions, "tokens_prefilled": e.tokens_prefilled - p0 - verified,
+                     "tokens_decoded": e.tokens_decoded - d0, "tokens_verified": verified, "forwards": e.forwards - f0,
                      "prefix_hits": lm.hits - h0, "tokens_rematerialized": r.tokens_rematerialized,
                      "replies": r.replies, "replies_skipped": r.replies_skipped})
     rt, d = last
-    d["recomputed"] = d["tokens_prefilled"] + d["tokens_decoded"]
+    d["recomputed"] = d["tokens_prefilled"] + d["tokens_decoded"] + d["tokens_verified"]  # every forward's tokens
     d["seconds_median"] = statistics.median(times)
     return d, rt
 
@@ -538,7 +540,9 @@ def cross_process(model: str, T: int, tau: int, indeps, reply: int, repeats: int
                           "replies": r.get("replies"), "replies_skipped": r.get("replies_skipped"),
                           "transitions": r["transitions"], "tokens_prefilled": r["tokens_prefilled"],
                           "tokens_decoded": r["tokens_decoded"], "tokens_rematerialized": r["tokens_rematerialized"],
-                          "recomputed": r["tokens_prefilled"] + r["tokens_decoded"],
+                          "tokens_verified": r.get("tokens_verified", 0),
+                          "recomputed": r["tokens_prefilled"] + r["tokens_decoded"] + r.get("tokens_verified", 0)
+                          + r["tokens_rematerialized"],
                           "tau": r["tau"], "T": r["T"], "checkpoint": r["checkpoint"]}
             row["digests_equal"] = digests["B5"] is not None and digests["B5"] == digests["B7"] == digests["B5'"]
             rows.append(row)

@@ -56,7 +56,7 @@ def receipt_json(r) -> dict:
     return {"sources": list(r.sources), "method": r.method, "tau": r.tau, "T": r.T, "checkpoint": r.checkpoint,
             "transitions": r.transitions, "tokens_prefilled": r.tokens_prefilled, "tokens_decoded": r.tokens_decoded,
             "tokens_rematerialized": r.tokens_rematerialized, "tokens_restored": r.tokens_restored,
-            "replies": r.replies, "replies_skipped": r.replies_skipped,
+            "replies": r.replies, "replies_skipped": r.replies_skipped, "tokens_verified": r.tokens_verified,
             "seconds": round(r.seconds, 4),
             "digests": r.digests, "compensation": list(r.compensation), "deduplicated": list(r.deduplicated)}
 
