@@ -137,6 +137,15 @@ class KVContext:
         return tensor_digest(t for pair in self.engine.kv_tensors() for t in pair)
 
 
+def reply_text(template, ids) -> str:
+    """A reply's text, a function of its ids alone. The tiny models' word-level template names an id
+    by the word that produced it anywhere in the process, so its text would depend on what else
+    ran; there the text is the ids (w<id>)."""
+    if getattr(template, "tok", None) is not None:
+        return template.detokenize(ids)
+    return " ".join(f"w{i}" for i in ids)
+
+
 def openai_tools(tools) -> list[dict]:
     """Each bound tool as an OpenAI tool spec: {"type": "function", "function": {name, description, parameters}}."""
     out = []
@@ -237,7 +246,7 @@ class UnseeChatModel(BaseChatModel):
                 replay.wrote(decoded)
             toks, seg = head + tuple(reply), (len(head), len(reply))
             mid = ctx.push(toks, seg)
-            msg = AIMessage(content=ctx.template.detokenize(reply), id=f"ai-{mid[:16]}",
+            msg = AIMessage(content=reply_text(ctx.template, reply), id=f"ai-{mid[:16]}",
                             additional_kwargs={"unsee": {"tokens": list(toks), "segments": list(seg)}},
                             response_metadata={EXACTNESS: "checked"})
         ctx.generations += 1
