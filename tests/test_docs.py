@@ -74,7 +74,7 @@ def _kit_command_exists(line: str) -> None:
 
 def test_readme_is_a_short_front_door():
     text = README.read_text()
-    assert len(text.splitlines()) <= 150
+    assert len(text.splitlines()) <= 185
     assert readme_commands(text)[:2] == list(SETUP)
     assert SETUP[1] in (ROOT / ".ci" / "run").read_text(), "CI runs the README's test command"
     assert "Forgetting Without Restarting: Execution-State Unlearning for Stateful LLM" in " ".join(text.split())
@@ -123,9 +123,39 @@ def test_every_readme_command_runs(tmp_path, monkeypatch):
 
 def test_readme_python_example_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    (code,) = _blocks(README.read_text(), "python")
+    code, _ = _blocks(README.read_text(), "python")
     exec(compile(code, "README.md", "exec"), {})
     assert (tmp_path / "agent.db").exists()
+
+
+def test_readme_langgraph_example_makes_a_prebuilt_agent_forgettable(tmp_path, monkeypatch):
+    """The README's LangGraph section, verbatim: a create_react_agent with its own two tools."""
+    monkeypatch.chdir(tmp_path)
+    _, code = _blocks(README.read_text(), "python")
+    assert len(code.splitlines()) <= 25
+    env: dict = {}
+    exec(compile(code, "README.md", "exec"), env)
+    r = env["receipt"]
+    assert (r.tau, r.T, r.checkpoint, r.transitions) == (2, 3, 1, 2)
+    stored = b"".join(p.read_bytes() for p in tmp_path.glob("agent.sqlite*"))
+    assert b"diabetes" not in stored and b"I need a doctor" in stored
+    # the thread is the one a fresh agent gets without "med" (its turn still a turn), K/V included
+    import sqlite3
+
+    import torch
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.prebuilt import create_react_agent
+
+    from unsee.impl.integrations.langgraph.runtime import thread_values
+
+    kv = [tuple(t.clone() for t in pair) for pair in env["llm"].context.kv()]
+    twin = create_react_agent(env["llm"], [env["read_only"](env["find_doctor"]), env["booking"]],
+                              checkpointer=SqliteSaver(sqlite3.connect(":memory:", check_same_thread=False)))
+    for source, text in [("u1", "I need a doctor"), ("med", None), ("u2", "book a visit")]:
+        twin.invoke({"messages": [env["source_message"](text, source)] if text else []}, env["config"])
+    assert thread_values(twin.get_state(env["config"]).values) == thread_values(env["agent"].get_state(env["config"]).values)
+    twin_kv = env["llm"].context.kv()
+    assert len(kv) == len(twin_kv) and all(torch.equal(a, b) for p, q in zip(kv, twin_kv) for a, b in zip(p, q))
 
 
 def _cli_reference():

@@ -1,0 +1,371 @@
+"""Chat models a forget can replay: `UnseeChatModel` on the KV engine, or a declared one.
+
+`UnseeChatModel` is a LangChain chat model whose θ is a transformers model on unsee's KV
+engine. Its cache is the canonical cache of the message list it was last called on (one
+prefill per message, a model turn's segments one prefill each), so a thread's K/V after a call
+is a function of the messages alone. Replies are greedy, or sampled with draws seeded by the
+context, so a replay writes what a fresh thread writes.
+
+Bound with `bind_tools(tools)` (LangChain tools, functions or JSON schemas: names, descriptions
+and argument schemas through `convert_to_openai_tool`), the tool list is a system block in
+front of the conversation, and after a user's message (kind "user") the model writes one tool call: the tool
+chosen among the bound names (a constrained choice, token by token), then its arguments as
+JSON under the tool's schema (`unsee.impl.engine.grammar`, a fixed point like any reply). After
+a tool's result it answers in text, so a ReAct loop ends. `tool_choice="none"` answers at once.
+
+`deterministic(model)` declares another chat model deterministic: a forget then replays it
+without checking it, and its receipt says the exactness was declared, not checked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Sequence
+
+from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import ConfigDict
+
+from unsee.impl.integrations.langgraph.tools import REPLAY
+from unsee.model.lm import draws as seeded_draws
+from unsee.model.session import UnseeError
+
+EXACTNESS = "unsee_exactness"  # response_metadata key: "checked" (UnseeChatModel) or "declared"
+SALT = {"reply": 0, "plan": 1, "arguments": 2}
+SOURCE, KIND, HIDDEN = "unsee_source", "unsee_kind", "unsee_hidden"  # input message stamps (additional_kwargs)
+
+
+def kind_of(m: BaseMessage) -> str:
+    """The template role a message is rendered in: system, user, memory or tool."""
+    k = m.additional_kwargs.get(KIND)
+    if k:
+        return k
+    if isinstance(m, SystemMessage):
+        return "system"
+    if isinstance(m, ToolMessage):
+        return "tool"
+    return "user"
+
+
+def _text(m: BaseMessage) -> str:
+    return m.content if isinstance(m.content, str) else json.dumps(m.content, sort_keys=True)
+
+
+class KVContext:
+    """One cache on a KVEngine: the canonical cache of the units it was synced to.
+
+    A unit is a message's tokens and its segments (the lengths of its prefills, in order).
+    `chain` names the units resident after BOS (a running hash per unit). `sync` keeps the
+    longest resident prefix (a crop: dropped rows are zeroed) and prefills the rest on the
+    canonical schedule, so the cache never depends on the path that led to a message list."""
+
+    def __init__(self, bundle, threads: int = 1) -> None:
+        from unsee.impl.engine.kv import KVEngine, row_independence
+
+        self.bundle = bundle
+        self.template = bundle.template
+        self.engine = KVEngine(bundle.model, bundle.device, threads)
+        self.bos = tuple(self.template.bos())
+        self.chain: list[tuple[str, int]] = []  # (running key, tokens) per resident unit
+        self.exact_rows, _ = row_independence(self.engine)
+        self.vocab = bundle.model.get_output_embeddings().weight.shape[0]
+        self.generations = 0  # model turns written
+
+    def reset(self) -> None:
+        self.engine.reset()
+        self.chain = []
+
+    def ids(self, text: str) -> tuple[int, ...]:
+        return tuple(self.template.encode_raw(text))
+
+    def render(self, m: BaseMessage) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """A message's tokens and segments."""
+        meta = m.additional_kwargs.get("unsee") or {}
+        if isinstance(m, AIMessage):
+            if "tokens" in meta:
+                return tuple(meta["tokens"]), tuple(meta["segments"])
+            head = tuple(self.template.header("reply"))
+            body = self.ids(_text(m))
+            return head + body, (len(head), len(body))
+        toks = tuple(self.template.block(kind_of(m), _text(m)))
+        return toks, (len(toks),)
+
+    @staticmethod
+    def _key(prev: str, toks, segments) -> str:
+        return hashlib.sha256(f"{prev}|{segments}|{','.join(map(str, toks))}".encode()).hexdigest()[:24]
+
+    def sync(self, units: Sequence[tuple[tuple[int, ...], tuple[int, ...]]]) -> str:
+        """Make the cache the canonical cache of `units`; returns the running key of the last."""
+        e = self.engine
+        if len(e) == 0:
+            e.prefill(self.bos)
+            self.chain = []
+        prev, keys = "", []
+        for toks, seg in units:
+            prev = self._key(prev, toks, seg)
+            keys.append(prev)
+        keep = 0
+        while keep < min(len(keys), len(self.chain)) and self.chain[keep][0] == keys[keep]:
+            keep += 1
+        if keep < len(self.chain):
+            e.crop(len(self.bos) + sum(n for _, n in self.chain[:keep]))
+        self.chain = self.chain[:keep]
+        for key, (toks, seg) in zip(keys[keep:], units[keep:]):
+            at = 0
+            for n in seg:
+                e.prefill(toks[at:at + n])
+                at += n
+            self.chain.append((key, len(toks)))
+        return prev
+
+    def push(self, toks, segments) -> str:
+        """Record a unit the engine just computed (the cache already holds it)."""
+        prev = self.chain[-1][0] if self.chain else ""
+        key = self._key(prev, tuple(toks), tuple(segments))
+        self.chain.append((key, len(toks)))
+        return key
+
+    def kv(self) -> list:
+        return self.engine.kv_tensors()
+
+    def digest(self) -> str:
+        from unsee.impl.engine.kv import tensor_digest
+
+        return tensor_digest(t for pair in self.engine.kv_tensors() for t in pair)
+
+
+def reply_text(template, ids) -> str:
+    """A reply's text, a function of its ids alone. The tiny models' word-level template names an id
+    by the word that produced it anywhere in the process, so its text would depend on what else
+    ran; there the text is the ids (w<id>)."""
+    if getattr(template, "tok", None) is not None:
+        return template.detokenize(ids)
+    return " ".join(f"w{i}" for i in ids)
+
+
+def openai_tools(tools) -> list[dict]:
+    """Each bound tool as an OpenAI tool spec: {"type": "function", "function": {name, description, parameters}}."""
+    out = []
+    for t in tools:
+        spec = convert_to_openai_tool(t)
+        if spec.get("type") != "function":
+            raise UnseeError(f"{t!r} is not a function tool; UnseeChatModel binds function tools only")
+        out.append(spec)
+    names = [s["function"]["name"] for s in out]
+    if len(set(names)) != len(names):
+        raise UnseeError(f"two bound tools share a name: {names}")
+    return out
+
+
+class UnseeChatModel(BaseChatModel):
+    """A LangChain chat model whose θ is a transformers model on unsee's KV engine (see the module).
+
+    `max_tokens`: reply length (tokens); `arg_tokens`: the most tokens a call's JSON arguments
+    may take. Greedy by default; `sampling=True` draws from the context with `seed`."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    context: Any
+    sampling: bool = False
+    seed: int = 0
+    max_tokens: int = 8
+    arg_tokens: int = 160
+
+    @classmethod
+    def from_model(cls, name: str = "tiny-llama", dtype: str = "float32", device: str | None = None,
+                   threads: int = 1, **kw) -> "UnseeChatModel":
+        """tiny-llama | tiny-qwen2 | tiny-mistral | smollm2 | a local folder or .gguf file."""
+        from unsee.impl.engine.models import load
+
+        return cls(context=KVContext(load(name, dtype=dtype, device=device), threads), **kw)
+
+    @property
+    def _llm_type(self) -> str:
+        return "unsee-kv"
+
+    def bind_tools(self, tools, *, tool_choice: str | None = None, **kw):
+        specs = openai_tools(tools)
+        names = [s["function"]["name"] for s in specs]
+        if tool_choice not in (None, "auto", "any", "required", "none") and tool_choice not in names:
+            raise UnseeError(f"tool_choice {tool_choice!r} is not one of the bound tools {names}")
+        self._tools(specs)  # refuse a schema outside the decodable subset now, not at the first call
+        return self.bind(tools=specs, tool_choice=tool_choice, **kw)
+
+    def _tools(self, specs) -> list:
+        from unsee.model.tools import Tool
+
+        return [Tool.of(s["function"]["name"], s["function"].get("parameters") or {"type": "object"},
+                        description=s["function"].get("description", "")) for s in specs]
+
+    def tools_block(self, specs) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The tool list as the system block the chat template puts in front of a conversation."""
+        tok = getattr(self.context.template, "tok", None)
+        listing = "\n".join(json.dumps(s, sort_keys=True) for s in specs)
+        if tok is not None:  # ChatML: SmolLM2's template has no tools section (apply_chat_template drops
+            # `tools=`), so the list is a system block the way Hermes/Qwen-style ChatML templates write it
+            text = ("You are a function calling AI model. You may call one of these functions:\n<tools>\n"
+                    f"{listing}\n</tools>\nFor a call, write <tool_call>\n{{\"name\": <function-name>, "
+                    "\"arguments\": <args-json-object>}")
+        else:  # the tiny models' word-level ChatML: each tool's name, description, arguments and their types
+            text = "tools: " + " ; ".join(
+                " ".join([s["function"]["name"], s["function"].get("description", ""), "arguments"] +
+                         [f"{k} {v.get('type', 'enum')}" for k, v in
+                          (s["function"].get("parameters") or {}).get("properties", {}).items()])
+                for s in specs)
+        toks = tuple(self.context.template.block("system", text))
+        return toks, (len(toks),)
+
+    def _draws(self, key: str, purpose: str, n: int):
+        return seeded_draws(self.seed, int(key[:8], 16), SALT[purpose], n) if self.sampling else None
+
+    def _generate(self, messages, stop=None, run_manager=None, **kw) -> ChatResult:
+        ctx = self.context
+        specs = kw.get("tools") or []
+        choice = kw.get("tool_choice")
+        units = ([self.tools_block(specs)] if specs else []) + [ctx.render(m) for m in messages]
+        key = ctx.sync(units)
+        # a call answers a user's message; after a tool's result (or a system block) the model answers in text
+        calling = bool(specs) and choice != "none" and bool(messages) and isinstance(messages[-1], HumanMessage) \
+            and kind_of(messages[-1]) == "user"
+        if calling:
+            msg = self._call(specs, choice, key)
+        else:
+            n = int(kw.get("max_tokens") or self.max_tokens)
+            if n < 1:
+                raise UnseeError("a model turn writes at least one token")
+            head = tuple(ctx.template.header("reply"))
+            ctx.engine.prefill(head)
+            replay = REPLAY.get()
+            draft = replay.draft("reply") if replay is not None else None
+            reply, decoded, _ = ctx.engine.fixed_point(n, self._draws(key, "reply", n), draft=draft,
+                                                       exact_rows=ctx.exact_rows)
+            if replay is not None:
+                replay.wrote(decoded)
+            toks, seg = head + tuple(reply), (len(head), len(reply))
+            mid = ctx.push(toks, seg)
+            msg = AIMessage(content=reply_text(ctx.template, reply), id=f"ai-{mid[:16]}",
+                            additional_kwargs={"unsee": {"tokens": list(toks), "segments": list(seg)}},
+                            response_metadata={EXACTNESS: "checked"})
+        ctx.generations += 1
+        return ChatResult(generations=[ChatGeneration(message=msg)])
+
+    def _call(self, specs, choice, key: str) -> AIMessage:
+        """One tool call: the tool's name by constrained choice, then its JSON arguments under its schema."""
+        import torch
+
+        from unsee.impl.engine.grammar import grammar, json_text
+
+        ctx, e, tpl = self.context, self.context.engine, self.context.template
+        tools = self._tools(specs)
+        if choice not in (None, "auto", "any", "required"):
+            tools = [t for t in tools if t.name == choice]
+        tok = getattr(tpl, "tok", None)
+        if tok is not None:
+            head, between = ctx.ids('<|im_start|>assistant\n<tool_call>\n{"name": "'), ctx.ids('", "arguments": ')
+            spelled = {t.name: ctx.ids(t.name) for t in tools}
+        else:
+            head, between = tuple(tpl.header("plan")), ()
+            spelled = {t.name: (tpl.word(t.name),) for t in tools}
+        seqs = list(spelled.values())
+        if len(set(seqs)) < len(seqs) or any(a != b and a == b[:len(a)] for a in seqs for b in seqs):
+            raise UnseeError(f"the bound tools' names {sorted(spelled)} are not prefix-free in this tokenizer; "
+                             "rename one so no name's tokens begin another's")
+        segs = [len(head)]
+        e.prefill(head)
+        name: tuple[int, ...] = ()
+        draws = self._draws(key, "plan", 64)
+        while name not in seqs:
+            allowed = sorted({s[len(name)] for s in seqs if s[:len(name)] == name})
+            mask = torch.zeros(e.logits.shape[-1], dtype=torch.bool)
+            mask[allowed] = True
+            t = e.choose(e.logits.masked_fill(~mask.to(e.logits.device), float("-inf")),
+                         None if draws is None else draws[len(name)])
+            e.prefill([t])
+            segs.append(1)
+            name += (t,)
+        tool = next(t for t in tools if spelled[t.name] == name)
+        if between:
+            e.prefill(between)
+            segs.append(len(between))
+        g = grammar(tpl, tool, ctx.vocab)
+        replay = REPLAY.get()
+        draft = replay.draft("call") if replay is not None else None
+        reply, decoded, _ = e.fixed_point_under(self.arg_tokens, self._draws(key, "arguments", self.arg_tokens), draft,
+                                                g, exact_rows=ctx.exact_rows)
+        if replay is not None:
+            replay.wrote(decoded)
+        segs.append(len(reply))
+        toks = head + name + between + tuple(reply)
+        mid = ctx.push(toks, segs)
+        text = json_text(tpl, reply)
+        meta = {"unsee": {"tokens": list(toks), "segments": segs}}
+        call_id = f"call-{mid[:16]}"
+        args = tool.arguments.validate(text)  # None: the arguments did not close within arg_tokens
+        if args is None:
+            return AIMessage(content="", id=f"ai-{mid[:16]}", additional_kwargs=meta,
+                             invalid_tool_calls=[{"name": tool.name, "args": text, "id": call_id,
+                                                  "error": f"the arguments did not close within {self.arg_tokens} "
+                                                           "tokens", "type": "invalid_tool_call"}],
+                             response_metadata={EXACTNESS: "checked"})
+        return AIMessage(content="", id=f"ai-{mid[:16]}", additional_kwargs=meta, response_metadata={EXACTNESS: "checked"},
+                         tool_calls=[{"name": tool.name, "args": args, "id": call_id, "type": "tool_call"}])
+
+
+class DeclaredDeterministic(BaseChatModel):
+    """Another chat model, declared deterministic by its user (see `deterministic`)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    inner: BaseChatModel
+
+    @property
+    def _llm_type(self) -> str:
+        return f"declared-deterministic-{self.inner._llm_type}"
+
+    def bind_tools(self, tools, **kw):
+        bound = self.inner.bind_tools(tools, **kw)
+        if getattr(bound, "bound", None) is not self.inner:
+            raise UnseeError(f"{type(self.inner).__name__}.bind_tools does not return a binding of the model; "
+                             "wrap the bound model instead: deterministic(model.bind_tools(tools))")
+        return self.bind(**bound.kwargs)
+
+    def _generate(self, messages, stop=None, run_manager=None, **kw) -> ChatResult:
+        out = self.inner._generate(messages, stop=stop, run_manager=run_manager, **kw)
+        for g in out.generations:
+            g.message.response_metadata = {**g.message.response_metadata, EXACTNESS: "declared"}
+        return out
+
+
+def deterministic(model: BaseChatModel) -> DeclaredDeterministic:
+    """Declare `model` deterministic (the same messages always give the same reply): a forget
+    replays it unchecked and its receipt says `exactness="declared"`."""
+    if isinstance(model, (UnseeChatModel, DeclaredDeterministic)):
+        return model
+    if not isinstance(model, BaseChatModel):
+        raise UnseeError(f"{model!r} is not a LangChain chat model (BaseChatModel)")
+    return DeclaredDeterministic(inner=model)
+
+
+def exactness(messages: Sequence[BaseMessage]) -> str:
+    """"checked" if every model reply came from UnseeChatModel, "declared" if some came from a
+    declared model; a reply from any other model is refused with what to do."""
+    out = "checked"
+    for m in messages:
+        if isinstance(m, AIMessage):
+            e = m.response_metadata.get(EXACTNESS)
+            if e is None:
+                raise UnseeError(f"message {m.id!r} was written by a chat model a forget cannot replay exactly; "
+                                 "use UnseeChatModel, or declare the model with deterministic(model)")
+            if e == "declared":
+                out = "declared"
+    return out
+
+
+def source_message(text: str, source: str, kind: str = "user") -> BaseMessage:
+    """An input message carrying the source id a forget can name (kind: system, user, memory, tool)."""
+    cls = SystemMessage if kind in ("system", "memory") else HumanMessage
+    kw = {SOURCE: source} | ({KIND: kind} if kind in ("memory", "tool") else {})
+    return cls(content=text, additional_kwargs=kw)
