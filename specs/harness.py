@@ -65,7 +65,7 @@ def coverage_of(ob: S.Observed, tally: Tally, method: str = "B7") -> None:
     if ob.forced is not None and method == "B7":
         tally.note("checkpoint forced")
     if r.compensation:
-        tally.note("side effect needs compensation (A3 fails)")
+        tally.note("side effect the twin does not make as committed: compensation listed")
     if (r.given or {}).get("tokens_rematerialized"):
         tally.note("cache re-materialized (not resident)")
 

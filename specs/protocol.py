@@ -57,7 +57,7 @@ REASONS = ("not committed", "counterfactual makes no such call", "arguments diff
 
 # field → (required, what it holds): the contract of each record, as the guide states it
 RECEIPT = MappingProxyType({
-    "tau": (True, "int ≥ 1: the first transition (1-based) whose observation carried a forgotten source"),
+    "tau": (True, "int ≥ 1: the first transition (1-based) whose observation has a visible part from a forgotten source"),
     "T": (True, "int ≥ 1: the length of the log before the forget"),
     "checkpoint": (True, "int ≥ 0: the boundary c spliced at (0 for B5)"),
     "transitions": (True, "int ≥ 0: the invocations of F by this forget (T − c)"),

@@ -414,7 +414,7 @@ def test_the_ledger_example_passes_with_dict_records_and_side_effects(monkeypatc
 
     doc = verify(lambda cfg: lambda: LedgerRuntime(cfg), examples=40, seed=0)
     assert doc["failures"] == [], doc["failures"][0]["message"]
-    assert doc["coverage"]["side effect needs compensation (A3 fails)"] > 0
+    assert doc["coverage"]["side effect the twin does not make as committed: compensation listed"] > 0
     assert doc["coverage"]["policy has no checkpoint at tau-1"] > 0
 
 
