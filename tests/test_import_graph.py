@@ -124,7 +124,7 @@ UPWARD = {("unsee.impl.organism.evaluate", "unsee.impl.experiments.audit")}
 def test_every_impl_module_sits_in_a_folder_that_names_its_concern():
     top = sorted(f.name for f in (ROOT / "impl").glob("*.py"))
     assert top == ["__init__.py", "cli.py"], f"impl/ holds only the package and the command line, not {top}"
-    folders = {f.parent.name for f in (ROOT / "impl").rglob("*.py") if f.parent != ROOT / "impl"}
+    folders = {f.relative_to(ROOT / "impl").parts[0] for f in (ROOT / "impl").rglob("*.py") if f.parent != ROOT / "impl"}
     assert folders == CONCERNS, folders
 
 

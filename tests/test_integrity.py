@@ -403,14 +403,19 @@ def test_a_real_full_disk_during_a_forget_leaves_the_old_session(stored, tmp_pat
         subprocess.run(["umount", str(mnt)], capture_output=True)
 
 
-def test_the_soak_finds_the_first_differing_position_between_two_states(stored, tmp_path):
-    """The soak's diagnosis, on two states that do differ: the stored session and its forget."""
+def test_the_soak_finds_the_first_differing_position_between_two_states(tmp_path):
+    """The soak's diagnosis, on two states that do differ at equal length: a last turn that read
+    "colour red" from z9 reads "colour blue" (a span standing instead of z9) once z9 is forgotten."""
     from unsee.impl.experiments.soak import first_difference
 
+    ep = tmp_path / "e.jsonl"
+    last = {"kind": "user", "reply": 2, "parts": [{"source": "u5", "text": "colour blue", "instead_of": "z9"},
+                                                  {"source": "z9", "text": "colour red"}]}
+    ep.write_text(EPISODE.read_text() + json.dumps(last) + "\n")
     a, b = tmp_path / "a.db", tmp_path / "b.db"
-    shutil.copy(stored, a)
-    shutil.copy(stored, b)
-    assert invoke("forget", "--db", b, "--source", "addr").exit_code == 0
+    assert invoke("run", ep, "--db", a, "--model", "tiny-llama").exit_code == 0
+    shutil.copy(a, b)
+    assert invoke("forget", "--db", b, "--source", "z9").exit_code == 0
     diff = first_difference(a, b)
     assert "transcript" in diff["layers"] and diff["kv_layers_differ"]
     assert diff["first"]["tensor"] in ("K", "V") and diff["first"]["token"] >= 0
