@@ -116,11 +116,17 @@ def grammar(template, tool, vocab: int):
     """The constraint of a call to `tool` under this chat template, over a model of `vocab` logits."""
     tok = getattr(template, "tok", None)
     if tok is None:
-        return _byte_grammar(tool, vocab, template.SPECIAL["im_end"])
+        return _byte_grammar(tool, vocab, end_token(template))
+    return _llgrammar(tool, tok, vocab, end_token(template))
+
+
+def end_token(template) -> int:
+    """The token a constrained reply ends with: the chat template's end of turn."""
+    tok = getattr(template, "tok", None)
+    if tok is None:
+        return template.SPECIAL["im_end"]
     end = tok.convert_tokens_to_ids("<|im_end|>")
-    if not isinstance(end, int) or end == tok.unk_token_id:
-        end = tok.eos_token_id
-    return _llgrammar(tool, tok, vocab, end)
+    return end if isinstance(end, int) and end != tok.unk_token_id else tok.eos_token_id
 
 
 _LL: dict = {}
@@ -128,15 +134,15 @@ _LL: dict = {}
 
 def _llgrammar(tool, tok, vocab, end) -> LLGrammar:
     key = (tool, id(tok), vocab, end)
-    if key not in _LL:
-        _LL[key] = LLGrammar(tool, tok, vocab, end)
-    return _LL[key]
+    if key not in _LL:  # the tokenizer is kept with its grammar, so its id is never reused meanwhile
+        _LL[key] = (tok, LLGrammar(tool, tok, vocab, end))
+    return _LL[key][1]
 
 
 def json_text(template, tokens) -> str:
     """The text of a constrained reply under this template."""
-    tok = getattr(template, "tok", None)
+    tok, end = getattr(template, "tok", None), end_token(template)
     if tok is None:
-        end, base = template.SPECIAL["im_end"], template.vocab - 256
+        base = template.vocab - 256
         return "".join(chr(t - base) for t in tokens if t != end and t >= base)
-    return tok.decode([t for t in tokens if t not in (tok.convert_tokens_to_ids("<|im_end|>"), tok.eos_token_id)])
+    return tok.decode([t for t in tokens if t != end])
