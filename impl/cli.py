@@ -375,7 +375,7 @@ def forget(db: Path = typer.Option(..., help="The session store."),
     table.add_column("field")
     table.add_column("value", justify="right")
     for k in ("tau", "T", "checkpoint", "transitions", "tokens_prefilled", "tokens_decoded", "tokens_verified",
-              "tokens_restored", "tokens_rematerialized", "seconds", "load_seconds", "open_seconds",
+              "tokens_restored", "tokens_reused", "tokens_rematerialized", "seconds", "import_seconds", "load_seconds", "open_seconds",
               "save_seconds"):
         table.add_row(k, str(doc[k]))
     table.add_row("compensation", str(len(doc["compensation"])))

@@ -327,6 +327,21 @@ def test_b7_never_computes_more_tokens_than_b5_at_any_tau_on_the_reference(shape
         assert r5.tokens_decoded > 0 and r7.tokens_decoded + r7.tokens_verified > 0 or tau == T
 
 
+def test_b5_prime_receipt_counts_its_prefix_hits_apart_from_what_it_computed():
+    """B5′ takes prompt blocks from its prefix cache without a forward: its receipt says so
+    (tokens_reused), and what it says it computed is what the engine forwarded."""
+    from unsee.impl.experiments.bench import agent_session
+
+    live = live_session("tiny-llama", agent_session(16, None, 0.0, 4)[0], 4)
+    hits = live.model.hits
+    r5, _ = _forwarded(live, lambda s: full_reset(s, ["z"]))
+    rp, n = _forwarded(live, lambda s: full_reset(s, ["z"], prefix_cache=True))
+    # the prefix cache is R_T read back: the engine re-materializes nothing here (it is resident)
+    assert rp.tokens_computed == n - 1  # B5′'s fresh cache prefills BOS
+    assert rp.tokens_reused > 0 and rp.tokens_prefilled + rp.tokens_reused == r5.tokens_prefilled
+    assert r5.tokens_reused == 0 and live.model.hits == hits  # branches count their own hits
+
+
 def test_a_rejected_draft_is_tried_only_while_drafts_have_paid():
     """With no credit, B7 decodes every reply as B5 does; with credit, a draft that is rejected
     costs its check, and the credit falls by what it cost against decoding."""
