@@ -264,7 +264,7 @@ def test_the_bench_reports_render_every_committed_result():
 
     from unsee.impl.experiments.reports import Tab, cost_law_report, report_markdown, rich_table, store_tab
 
-    results = Path(__file__).resolve().parents[1] / "docs" / "results"
+    results = Path(__file__).resolve().parents[2] / "docs" / "results"
     agent = json.loads((results / "cost-law-agent-tiny-llama.json").read_text())
     items = cost_law_report(agent)
     text = report_markdown("cost law", items)
