@@ -66,8 +66,10 @@ policy, T for B5), `tokens_prefilled` (prompt blocks and headers), `tokens_decod
 forward), `tokens_verified` (reply tokens prefilled to check a draft or a decoded reply; every
 forward is in one of these counts), `replies`, `replies_skipped` (recorded
 replies accepted as F's own after one check), `tokens_restored` (read from K/V pages),
+`tokens_reused` (B5′: prompt-block rows taken from its prefix cache, no forward),
 `tokens_rematerialized` (recomputed from the recorded tokens when pages are absent), `seconds`
-(the forget itself), `load_seconds` (model load), `open_seconds` (model and stored session),
+(the forget itself), `import_seconds` (torch and transformers, once per process),
+`load_seconds` (model load), `open_seconds` (model and stored session),
 `save_seconds` (the transaction that persists the result), `integrity_seconds` (verifying and
 sealing the store), `digests` (one per layer of the resulting state), `compensation` (side
 effects that fired and that the counterfactual run would not make), `deduplicated` (replayed
