@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from unsee.specs.traces import Append, Crop, Forward, Reset
+from unsee.specs.traces import Append, Begin, Crop, Forward, Reset
 
 METHODS = ("B5", "B5'", "B7")
 
@@ -46,10 +46,24 @@ def forward_limit(rt) -> dict:
     ids = list(rt.model.bos) + [int(t) for t in rt.session.state.tokens]  # as the engine holds them
     engine = result.clone()
     engine.reset()
+
+    def fill(start: int, n: int) -> None:  # rows appended without compute: the result's, else zeros
+        if n and not len(engine):  # an empty cache has no layers to append to until a forward makes them
+            engine.prefill(ids[:1])
+            engine.crop(0, fresh_storage=False)
+        shared = max(0, min(n, len(result) - start))
+        if shared:
+            engine.append_rows(result.cache, start, start + shared)
+        if n > shared:  # rows of another state (R_T, before a forget crops it): never timed
+            blank = result.rows(0, 1)
+            engine.append_pages([blank.new_zeros(blank.shape[:3] + (n - shared,) + blank.shape[4:])])
+
     seconds, forwards, tokens = 0.0, 0, 0
     with torch.inference_mode():
         for e in trace.events:
-            if isinstance(e, Reset):
+            if isinstance(e, Begin):  # the engine as the forget found it (R_T, resident or not)
+                fill(0, e.length)
+            elif isinstance(e, Reset):
                 engine.reset()
             elif isinstance(e, Crop):
                 engine.crop(e.length, fresh_storage=False)
@@ -58,11 +72,7 @@ def forward_limit(rt) -> dict:
                     raise ValueError(f"the trace's {type(e).__name__} at {e.start} does not follow the "
                                      f"engine's {len(engine)} positions")
                 if isinstance(e, Append):
-                    if e.start + e.n <= len(result):
-                        engine.append_rows(result.cache, e.start, e.start + e.n)
-                    else:  # rows of another state (B5′ reads R_T back first): their values are never timed
-                        blank = result.rows(0, 1)
-                        engine.append_pages([blank.new_zeros(blank.shape[:3] + (e.n,) + blank.shape[4:])])
+                    fill(e.start, e.n)
                     continue
                 chunk = [ids[p] if p < len(ids) else ids[-1] for p in range(e.start, e.start + e.n)]
                 x = torch.tensor([chunk], dtype=torch.long, device=engine.device)
