@@ -734,6 +734,8 @@ def bench_forget(model: list[str] = typer.Option(["tiny-llama"], help="Model nam
                                        "from the end."),
                  repeats: int = typer.Option(3, help="Forgets per method, each in a fresh process on its own "
                                              "copy of the store (medians reported)."),
+                 attn: Attn = typer.Option(Attn.auto, help="Attention kernel the session runs under (auto: as "
+                                           "`unsee run` chooses it)."),
                  json_path: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
                  markdown: Optional[Path] = typer.Option(None, help="Write the tables as Markdown here."),
                  plot_path: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG here.")) -> None:
@@ -748,8 +750,14 @@ def bench_forget(model: list[str] = typer.Option(["tiny-llama"], help="Model nam
     docs, items = [], []
     with _progress(every=10.0) as p:
         for m in model:
+            kernel = attn.value
+            if attn is Attn.auto:
+                from unsee.impl.engine.settings import choose_attn
+
+                kernel, why = choose_attn(m)
+                console.print(f"[dim]{m}: {kernel} attention ({why})[/dim]")
             task = p.add_task(f"{m}: run, then {repeats}× {', '.join(METHODS)}", total=1 + repeats * len(METHODS))
-            doc = side_by_side(m, T, repeats, on_step=lambda _: p.advance(task))
+            doc = side_by_side(m, T, repeats, attn=kernel, on_step=lambda _: p.advance(task))
             docs.append(doc)
             items += side_by_side_report(doc)
     for item in items:

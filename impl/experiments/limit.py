@@ -112,14 +112,18 @@ def forget_in_process(db: Path, method: str, receipt: Path, timeout: float = 360
     return {**json.loads(receipt.read_text()), "process_seconds": round(wall, 4)}
 
 
-def side_by_side(model: str, T: int, repeats: int = 3, reply: int = 8, workdir=None, on_step=None) -> dict:
+def side_by_side(model: str, T: int, repeats: int = 3, reply: int = 8, attn: str = "eager", workdir=None,
+                 on_step=None) -> dict:
     """The agent shape (`agent_session`: a tool-schema system prompt, the target 12 turns from
     the end) run once and stored as `unsee run` stores it; then B5, B5′ and B7 each forget the
     target from their own copy of the store in a fresh process, `repeats` times, interleaved
     (B5, B5′, B7, B5, ...) so that a slow spell of the machine falls on every method. Each run
-    also measures the limit of its own forwards. on_step(label) after each stage."""
-    from unsee.impl.experiments.bench import AGENT_SYSTEM, agent_session, live_session, load_template
+    also measures the limit of its own forwards. `attn`: the kernel the session is run and
+    stored under (every forget then runs under it). on_step(label) after each stage."""
+    from unsee.impl.engine.runtime import KVRuntime
+    from unsee.impl.experiments.bench import AGENT_SYSTEM, agent_session, load_template
     from unsee.impl.store.sqlite import Store
+    from unsee.model.state import Config
 
     obs, _ = agent_session(T, None, 0.0, reply)
     runs: dict[str, list[dict]] = {m: [] for m in METHODS}
@@ -127,7 +131,9 @@ def side_by_side(model: str, T: int, repeats: int = 3, reply: int = 8, workdir=N
         stored = Path(tmp) / "stored"
         stored.mkdir()
         t0 = time.perf_counter()
-        live = live_session(model, obs, reply)
+        live = KVRuntime(model, Config(summary_tokens=reply), attn=attn)
+        for o in obs:
+            live.step(o)
         run_seconds = time.perf_counter() - t0
         store = Store(stored / "session.db", create=True)
         store.save(live.session, model, dict(live.digest()))
@@ -145,7 +151,7 @@ def side_by_side(model: str, T: int, repeats: int = 3, reply: int = 8, workdir=N
                 if on_step:
                     on_step(m)
     digests = {m: rs[-1]["digests"] for m, rs in runs.items()}
-    return {"model": model, "shape": "agent", "T": T, "reply_tokens": reply, "repeats": repeats,
+    return {"model": model, "shape": "agent", "T": T, "attn": attn, "reply_tokens": reply, "repeats": repeats,
             "system_prompt_tokens": len(load_template(model).block("system", AGENT_SYSTEM)),
             "context_tokens": context, "run_seconds": round(run_seconds, 2),
             "bit_exact": all(d == digests["B5"] for d in digests.values()),
@@ -187,7 +193,8 @@ def side_by_side_report(doc: dict) -> list:
     ms = doc["methods"]
     b5, b5p, b7 = ms["B5"], ms["B5'"], ms["B7"]
     t = Tab(f"{doc['model']}: forget a tool result {doc['T'] - b7['tau'] + 1} turns from the end of {doc['T']} "
-            f"({doc['system_prompt_tokens']}-token tool prompt, {doc['context_tokens']} tokens), fresh processes",
+            f"({doc['system_prompt_tokens']}-token tool prompt, {doc['context_tokens']} tokens), {doc['attn']} "
+            "attention, fresh processes",
             ("method", "seconds", "forwards s", "×", "forwards", "computed", "restored", "reused", "F", "open s"))
     for m, d in ms.items():
         t.add(m, f"{d['seconds']['median']:.2f}", f"{d['limit_seconds']['median']:.2f}",
@@ -227,7 +234,8 @@ def plot_side_by_side(docs: list[dict], path) -> None:
             ax.text(i, a, f"{a:.2f} s\n{a / b:.2f}×" if b else f"{a:.2f} s", ha="center", va="bottom", fontsize=8)
         ax.set_ylim(0, max(total) * 1.25)
         ax.set_ylabel("receipt seconds (median)")
-        ax.set_title(f"{doc['model']}, T={doc['T']}, {doc['context_tokens']} tokens", fontsize=9)
+        ax.set_title(f"{doc['model']}, T={doc['T']}, {doc['context_tokens']} tokens, {doc['attn']} attention",
+                     fontsize=9)
         ax.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
