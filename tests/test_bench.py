@@ -212,6 +212,7 @@ def test_agent_shape_indep_sweep_is_exact_at_suffix_12():
     assert row["independent_turns"] == list(range(AGENT_SMALL_T - 5, AGENT_SMALL_T + 1))  # round(11 · 0.5) = 6
     assert row["B7"]["transitions"] == 12 and row["B5"]["transitions"] == AGENT_SMALL_T
     assert row["B7"]["bit_exact"] and row["B5'"]["bit_exact"]
+    assert row["B7-oracle"]["transitions"] == 12 and row["B7-oracle"]["replies"] == row["B7"]["replies"]
     # B7 hands the recorded replies to F as drafts: exact, and never more decoding than B5's
     assert row["B7"]["tokens_decoded"] <= row["B5"]["tokens_decoded"]
     assert 0 <= row["B7"]["replies_skipped"] <= row["B7"]["replies"] and row["B5"]["replies_skipped"] == 0
@@ -373,3 +374,52 @@ def test_every_sweep_honours_T_and_the_headline_says_what_it_compares():
         assert r["B7"]["recomputed"] == r["B7"]["tokens_prefilled"] + r["B7"]["tokens_decoded"] + r["B7"]["tokens_verified"]
     text = " ".join(x for x in cost_law_report(doc) if isinstance(x, str))
     assert "short shape, T=8, the target at τ=1 (suffix 8" in text and "Why: B5 re-runs all 8 transitions" in text
+
+
+# --- B7-oracle: the labelled comparison, outside the model ---
+
+@pytest.mark.parametrize("shape", ["short", "agent"])
+def test_b7_oracle_with_no_marking_is_algorithm_1_as_written(shape):
+    from unsee.impl.experiments.bench import SHAPES
+    from unsee.impl.experiments.oracle import oracle_replay
+    from unsee.model import run
+
+    s = run(SHAPES[shape](16, 6, 0.5, 4)[0])
+    (o, ro), (d, rd) = oracle_replay(s, ["z"], frozenset()), selective_replay(s, ["z"], drafts=False)
+    assert o == d and o.lm is s.lm and ro.method == "B7-oracle" and ro.digests == rd.digests
+    counts = ("transitions", "tokens_prefilled", "tokens_decoded", "tokens_verified", "replies", "replies_skipped")
+    assert [getattr(ro, k) for k in counts] == [getattr(rd, k) for k in counts] and ro.replies_skipped == 0
+
+
+@pytest.mark.parametrize("shape", ["short", "agent"])
+def test_b7_oracle_prefills_the_marked_turns_recorded_replies_unchecked(shape):
+    from unsee.impl.experiments.bench import SHAPES
+    from unsee.impl.experiments.oracle import oracle_replay
+    from unsee.model import run
+
+    obs, marked = SHAPES[shape](16, 6, 0.5, 4)
+    s = run(obs)
+    new, r = oracle_replay(s, ["z"], marked)
+    exact, _ = selective_replay(s, ["z"])
+    post = range(7, 17)  # the checkpoint before τ = 6 is R_5: o_6 .. o_16 are replayed
+    assert marked and set(marked) <= set(post) and r.transitions == 11
+    for t in marked:
+        assert new.states[t].outputs == s.states[t].outputs  # the recording, as it was
+    assert r.replies_skipped == sum(1 for t in marked for x in s.states[t].outputs if x)
+    assert r.tokens_decoded == sum(len(x) for t in post if t not in marked for x in new.states[t].outputs)
+    # the reference's every reply reads the whole context: forgetting z changed the marked turns'
+    # replies, so trusting the marking keeps replies F would not give
+    assert any(exact.states[t].outputs != new.states[t].outputs for t in marked) and exact != new
+
+
+def test_the_model_has_no_mode_that_trusts_a_marking():
+    """The reference transition system is the exact algorithm alone: B7-oracle lives in
+    `unsee.impl.experiments.oracle`, and no model function takes a marking or a trust flag."""
+    import inspect
+
+    from unsee.impl.engine.lm import TorchLM
+    from unsee.model import lm, session, state
+
+    for f in (session.selective_replay, session.replay_suffix, session.append, state.step, state._Turn,
+              lm.LM.decode, lm.ReferenceLM.decode, TorchLM.decode):
+        assert not {"mode", "independent", "trust"} & set(inspect.signature(f).parameters), f.__qualname__

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import networkx as nx
 
+from unsee.impl.experiments.oracle import METHOD as ORACLE, oracle_replay
 from unsee.model.session import full_reset, selective_replay, taint_closure
 from unsee.model.state import Config, Observation, Part
 
@@ -307,8 +308,10 @@ def _measure(live, method: str, independent=frozenset(), repeats: int = 1) -> tu
             rt.session, r = selective_replay(rt.session, ["z"])
         elif method == "B7-decode":  # Algorithm 1 as written: every post-τ reply decoded, no drafts
             rt.session, r = selective_replay(rt.session, ["z"], drafts=False)
-        else:  # B7-oracle: the labelled comparison that trusts the independence marking
-            rt.session, r = selective_replay(rt.session, ["z"], independent=independent, mode=method.split("-")[1])
+        elif method == ORACLE:  # the labelled comparison that trusts the independence marking
+            rt.session, r = oracle_replay(rt.session, ["z"], independent)
+        else:
+            raise ValueError(f"no method {method!r}")
         times.append(time.perf_counter() - t0)
         verified = e.tokens_verified - v0  # a part of the engine's prefilled tokens
         last = (rt, {"transitions": r.transitions, "tokens_prefilled": e.tokens_prefilled - p0 - verified,

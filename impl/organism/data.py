@@ -818,7 +818,7 @@ class Scribe:
         self.w += [0.0] * len(tokens)
         return kv + 1
 
-    def decode(self, kv, n, draw_list, hint=None, trust=False, constraint=None):
+    def decode(self, kv, n, draw_list, hint=None, constraint=None):
         if n == 0:
             return (), kv, 0
         facts = present(self.facts, self.t.detokenize(self.ids))
