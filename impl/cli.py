@@ -375,7 +375,7 @@ def forget(db: Path = typer.Option(..., help="The session store."),
     table.add_column("field")
     table.add_column("value", justify="right")
     for k in ("tau", "T", "checkpoint", "transitions", "tokens_prefilled", "tokens_decoded", "tokens_verified",
-              "tokens_restored", "tokens_rematerialized", "seconds", "load_seconds", "open_seconds",
+              "tokens_restored", "tokens_reused", "tokens_rematerialized", "seconds", "import_seconds", "load_seconds", "open_seconds",
               "save_seconds"):
         table.add_row(k, str(doc[k]))
     table.add_row("compensation", str(len(doc["compensation"])))
@@ -697,6 +697,42 @@ def bench_store(T: list[int] = typer.Option([100, 200, 400, 800], "--T", help="S
     if markdown is not None:
         markdown.write_text(report_markdown("unsee bench store", [store_tab(doc)]))
         out.print(f"wrote {markdown}")
+
+
+@bench_app.command("forget")
+def bench_forget(model: list[str] = typer.Option(["tiny-llama"], help="Model name or path (repeatable: one "
+                                                  "table and one plot panel each)."),
+                 T: int = typer.Option(32, "--T", help="Session length; the target is a tool result 12 turns "
+                                       "from the end."),
+                 repeats: int = typer.Option(3, help="Forgets per method, each in a fresh process on its own "
+                                             "copy of the store (medians reported)."),
+                 json_path: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
+                 markdown: Optional[Path] = typer.Option(None, help="Write the tables as Markdown here."),
+                 plot_path: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG here.")) -> None:
+    """B5, B5′ and B7 side by side on a stored agent session, each against the limit of its own forwards."""
+    from unsee.impl.experiments.bench_sessions import AGENT_SUFFIX
+    from unsee.impl.experiments.limit import METHODS, plot_side_by_side, side_by_side, side_by_side_report
+    from unsee.impl.experiments.reports import Tab, report_markdown, rich_table
+
+    if T < AGENT_SUFFIX + 1 or repeats < 1:
+        _fail(ValueError(f"--T must be >= {AGENT_SUFFIX + 1} (a system prompt and {AGENT_SUFFIX} turns) and "
+                         "--repeats >= 1"))
+    docs, items = [], []
+    with _progress(every=10.0) as p:
+        for m in model:
+            task = p.add_task(f"{m}: run, then {repeats}× {', '.join(METHODS)}", total=1 + repeats * len(METHODS))
+            doc = side_by_side(m, T, repeats, on_step=lambda _: p.advance(task))
+            docs.append(doc)
+            items += side_by_side_report(doc)
+    for item in items:
+        out.print(rich_table(item) if isinstance(item, Tab) else item)
+    if markdown is not None:
+        markdown.write_text(report_markdown(f"unsee bench forget, T={T}", items))
+        console.print(f"[dim]wrote {markdown}[/dim]")
+    _write_json({"runs": docs}, json_path)
+    if plot_path is not None:
+        plot_side_by_side(docs, plot_path)
+        console.print(f"[dim]wrote {plot_path}[/dim]")
 
 
 @bench_app.command("cost-law")

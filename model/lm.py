@@ -97,6 +97,7 @@ class LM(Protocol):
     def json_text(self, tokens) -> str: ...
     def empty(self) -> Any: ...
     def prefill(self, kv: Any, tokens, logits: bool = False, reuse: Any = None) -> Any: ...
+    def reuses(self, kv: Any, tokens, reuse: Any) -> bool: ...
     def decode(self, kv: Any, n: int, draw_list, hint=None, constraint=None
                ) -> tuple[tuple[int, ...], Any, int, int]: ...
     def crop(self, kv: Any, n: int) -> Any: ...
@@ -183,10 +184,16 @@ class ReferenceLM:
         """`reuse`: a prefix cache (`prefix_cache`); a block whose tokens continue its
         byte-identical prefix takes its entries instead of computing them."""
         n, tokens = len(kv), tuple(tokens)
-        if reuse and not logits and tokens and reuse[0][:n + len(tokens)] == reuse[0][:n] + tokens \
-                and reuse[1][:n] == kv:
+        if not logits and self.reuses(kv, tokens, reuse):
             return reuse[1][:n + len(tokens)]
         return extend(kv, tokens)
+
+    def reuses(self, kv, tokens, reuse) -> bool:
+        """Would `prefill(kv, tokens, reuse=reuse)` take the block's entries from the prefix
+        cache (no compute)? Yes when the block continues its byte-identical prefix at kv's end."""
+        n, tokens = len(kv), tuple(tokens)
+        return bool(reuse) and bool(tokens) and reuse[0][:n + len(tokens)] == reuse[0][:n] + tokens \
+            and reuse[1][:n] == kv
 
     def decode(self, kv, n: int, draw_list, hint=None, constraint=None):
         """F's reply: n tokens, each the choice after the context and the tokens before it.

@@ -75,6 +75,7 @@ class Receipt:
     replies: int = 0  # model turns the replay produced
     replies_skipped: int = 0  # of which the recorded reply was F's: checked by one prefill, not decoded
     tokens_verified: int = 0  # reply tokens prefilled to check a draft or a decoded reply (their K/V)
+    tokens_reused: int = 0  # B5′: prompt-block rows taken from its prefix cache (no compute)
 
     @property
     def tokens_computed(self) -> int:
@@ -330,7 +331,8 @@ def make_receipt(method, sources, tau, s, new, c, meter, t0, taint, dedup, comp,
     return Receipt(tuple(sources), method, tau, s.T, c, meter.transitions, meter.tokens_prefilled,
                    meter.tokens_decoded, meter.tokens_rematerialized, time.perf_counter() - t0,
                    layer_digests(new.state, s.lm), tuple(sorted(taint)), tuple(comp), tuple(dedup), replayed,
-                   meter.tokens_restored, meter.replies, meter.replies_skipped, meter.tokens_verified)
+                   meter.tokens_restored, meter.replies, meter.replies_skipped, meter.tokens_verified,
+                   meter.tokens_reused)
 
 
 def locate_target(s: Session, sources):

@@ -278,6 +278,7 @@ class _Turn:
         self.outputs: list[tuple[int, ...]] = []
         self.inputs: tuple[str, ...] = ()
         self.prefilled = 0
+        self.reused = 0  # block tokens taken from B5′'s prefix cache
         self.decoded = 0
         self.verified = 0  # reply tokens pushed through a prefill (a draft's check, a decoded reply's)
         self.credit = credit  # tokens drafts may still waste (None: no bound)
@@ -320,9 +321,12 @@ class _Turn:
         start = len(self.tokens)
         aid = self.artifact(type_, parents + self.last_block(), span=(start, start + len(tokens)))
         self.tokens.extend(tokens)
+        if self.reuse is not None and self.lm.reuses(self.kv, tokens, self.reuse):
+            self.reused += len(tokens)  # B5′: the prefix cache's rows, no compute
+        else:
+            self.prefilled += len(tokens)
         self.kv = self.lm.prefill(self.kv, tokens, reuse=self.reuse)
         self.blocks.append(Block(aid, kind, start, len(self.tokens), len(tokens)))
-        self.prefilled += len(tokens)
         return aid
 
     def decode(self, type_: str, n: int, salt: int, tool: Tool | None = None) -> tuple[str, tuple[int, ...]]:
@@ -384,6 +388,7 @@ class Meter:
     tokens_verified: int = 0  # reply tokens prefilled to check a draft or a decoded reply (its K/V)
     tokens_rematerialized: int = 0  # restore: context rows recomputed from the recorded tokens
     tokens_restored: int = 0  # restore: context rows read back (K/V pages), no compute
+    tokens_reused: int = 0  # B5′: prompt-block rows taken from the prefix cache, no compute
     replies: int = 0  # model turns decoded (replies, plans, summaries)
     replies_skipped: int = 0  # of which a recorded draft was F's reply: one prefill, no decoding
     # Tokens recorded drafts may still waste: a draft of n tokens is tried only while this is at
@@ -423,6 +428,7 @@ def step(state: State, obs: Observation, meter: Meter | None = None, model: lm.L
     if meter is not None:
         meter.transitions += 1
         meter.tokens_prefilled += b.prefilled
+        meter.tokens_reused += b.reused
         meter.tokens_decoded += b.decoded
         meter.tokens_verified += b.verified
         meter.draft_credit = b.credit

@@ -5,7 +5,7 @@ the checkpoint a forget must splice at, the checkpoints a policy promises, the n
 invocations of F, and the side effects a forget must report for compensation. The code is
 written apart from `unsee.model` (it imports only its data classes and tool names) and is
 kept obvious on purpose: a check that computes its expectation with the function under test
-checks nothing. `tests/test_oracle.py` compares it with `unsee.model` on every generated case.
+checks nothing. `tests/model/test_oracle.py` compares it with `unsee.model` on every generated case.
 
 Definitions (Method section; Z is the set of sources a request names, or every source a
 runtime has forgotten so far):

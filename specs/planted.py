@@ -56,7 +56,7 @@ class Layer:
 
 
 PY = sys.executable
-FAST_TESTS = ("tests/test_oracle.py", "tests/test_statements.py", "tests/test_reference_machine.py")
+FAST_TESTS = ("tests/model/test_oracle.py", "tests/specs/test_statements.py", "tests/model/test_reference_machine.py")
 
 LAYERS: tuple[Layer, ...] = (
     Layer("kit", (PY, "-m", "pytest", "--pyargs", "unsee.specs.conformance",
@@ -72,7 +72,7 @@ LAYERS: tuple[Layer, ...] = (
 # Layers run only when named (`--layer traces`): the KV engine's trace validation on the tiny
 # models needs torch and about a minute a bug.
 EXTRA_LAYERS: tuple[Layer, ...] = (
-    Layer("traces", (PY, "-m", "pytest", "tests/test_traces.py", "-p", "no:cacheprovider", "-q", "-x")),
+    Layer("traces", (PY, "-m", "pytest", "tests/engine/test_traces.py", "-p", "no:cacheprovider", "-q", "-x")),
 )
 
 S, ST, L = "model/session.py", "model/state.py", "model/lm.py"

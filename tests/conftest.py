@@ -1,5 +1,18 @@
 """Hypothesis profiles and shared fixtures.
 
+The tests sit in one folder per layer they test:
+  model/         the reference runtime (`unsee.model`): its state machine, the oracle, refinement
+                 against Z3's closure, grammar and tool calls
+  specs/         statements, mutants, the conformance kit, planted bugs, the manifest, Z3 and code proofs
+  engine/        the KV engine on real transformers: exactness, K/V pages, fixed points, traces, the
+                 converted-weights cache, SmolLM2
+  store/         the SQLite store: format, integrity, durability, concurrency, `unsee run/forget/check/show`,
+                 the Python API (`Agent`)
+  experiments/   bench, audits, AgentDojo, the trained organisms
+  integrations/  LangGraph
+  house/         the house rules: the import graph, tiers, docs, the command line's contracts
+`kv_helpers.py` (shared by several folders) and `data/` stay here.
+
 Profiles: `dev` (default, quick), `ci` (what .ci/run uses), `nightly` (long). Select with
 HYPOTHESIS_PROFILE=<name>. Everything is seeded: `derandomize` makes runs repeatable.
 """

@@ -118,8 +118,7 @@ class TorchLM:
         self._live(kv)
         tokens = list(tokens)
         n, b = len(self.ctx), len(self.bos)
-        if (reuse and not logits and tokens and list(reuse[0][:n]) == self.ctx
-                and list(reuse[0][n:n + len(tokens)]) == tokens):
+        if not logits and self.reuses(kv, tokens, reuse):
             # a whole block inside the resident prefix: reuse its rows (same schedule, same bits)
             self.engine.append_rows(reuse[1], b + n, b + n + len(tokens))
             self.hits += len(tokens)
@@ -127,6 +126,12 @@ class TorchLM:
             self.engine.prefill(tokens)
         self.ctx += tokens
         return self._ref()
+
+    def reuses(self, kv: KVRef, tokens, reuse) -> bool:
+        """A whole block inside the resident prefix of the prefix cache `reuse`?"""
+        n, tokens = len(self.ctx), list(tokens)
+        return bool(reuse) and bool(tokens) and list(reuse[0][:n]) == self.ctx \
+            and list(reuse[0][n:n + len(tokens)]) == tokens
 
     def decode(self, kv: KVRef, n: int, draws, hint=None, constraint=None):
         """F's reply (KVEngine.fixed_point), from the recorded `hint` as the draft when the

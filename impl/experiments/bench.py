@@ -6,7 +6,7 @@ the in-process sweeps of `bench_sweeps` and, at the agent shape, the fresh proce
 from __future__ import annotations
 
 from unsee.impl.experiments.bench_cross import cross_process
-from unsee.impl.experiments.bench_sessions import AGENT_SUFFIX, AGENT_SYSTEM, AGENT_TOOLS, SHAPES
+from unsee.impl.experiments.bench_sessions import AGENT_SUFFIX, AGENT_SYSTEM, AGENT_TOOLS, SHAPES, load_template
 from unsee.impl.experiments.bench_sweeps import (SWEEP_METHODS, closure_timing, fit, flat_in_T, indep_sweep,
                                                  provenance_overhead, tau_sweep)
 
@@ -87,9 +87,3 @@ def cost_law(model: str = "tiny-llama", T: int = 16, indeps=(0.0, 0.25, 0.5, 0.7
     doc["provenance"] = provenance_overhead(model, T, reply, shape)
     doc["closure_query"] = closure_timing(closure_sizes)
     return doc
-
-
-def load_template(model: str):
-    from unsee.impl.engine.models import load
-
-    return load(model).template

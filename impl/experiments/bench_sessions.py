@@ -292,3 +292,10 @@ def live_session(model: str, obs, reply: int):
     for o in obs:
         live.step(o)
     return live
+
+
+def load_template(model: str):
+    """`model`'s chat template, to count the tokens of a shape's system prompt."""
+    from unsee.impl.engine.models import load
+
+    return load(model).template

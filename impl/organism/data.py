@@ -818,6 +818,9 @@ class Scribe:
         self.w += [0.0] * len(tokens)
         return kv + 1
 
+    def reuses(self, kv, tokens, reuse):
+        return False  # no prefix cache: every block is computed
+
     def decode(self, kv, n, draw_list, hint=None, constraint=None):
         if n == 0:
             return (), kv, 0

@@ -142,7 +142,7 @@ def held_out(model: str, episodes: int, start: int = EVAL_START, family: str | N
 
 def audits(model: str, n: int, methods=("B0", "B1", "B2", "B3", "B5", "B7", "B8")) -> dict:
     # an arrow back up: experiments sits above the organism (its cases draw from `data`); the
-    # audit is run here as it is, and tests/test_import_graph.py names this one exception
+    # audit is run here as it is, and tests/house/test_import_graph.py names this one exception
     from unsee.impl.experiments.audit import run_audit
 
     out = {}

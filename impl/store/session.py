@@ -57,6 +57,7 @@ def receipt_json(r) -> dict:
             "transitions": r.transitions, "tokens_prefilled": r.tokens_prefilled, "tokens_decoded": r.tokens_decoded,
             "tokens_rematerialized": r.tokens_rematerialized, "tokens_restored": r.tokens_restored,
             "replies": r.replies, "replies_skipped": r.replies_skipped, "tokens_verified": r.tokens_verified,
+            "tokens_reused": r.tokens_reused,
             "seconds": round(r.seconds, 4),
             "digests": r.digests, "compensation": list(r.compensation), "deduplicated": list(r.deduplicated)}
 
@@ -160,6 +161,11 @@ def forget_stored(store, sources, method: str = "B7", rt=None, head: str | None 
             raise UnseeError(f"source {src!r} never entered this session; known sources: {known}")
     with store.exclusive(method), _no_cyclic_gc():
         t0 = time.perf_counter()
+        if stored_model != "reference" and rt is None:  # the ML libraries: a cost of every new process,
+            import unsee.impl.engine.lm  # noqa: F401  reported apart from opening the store (torch, transformers)
+            import transformers.modeling_utils  # noqa: F401
+        imported = time.perf_counter() - t0
+        t0 = time.perf_counter()
         if rt is None or store.root() != head:
             rt = open_runtime(store)  # under the lock, verified: another writer may have finished
             head = rt.root
@@ -171,6 +177,7 @@ def forget_stored(store, sources, method: str = "B7", rt=None, head: str | None 
         load = getattr(getattr(rt, "bundle", None), "load_seconds", None)
         doc["load_seconds"] = round(opened if load is None else load, 4)  # the model, apart from the forget
         doc["open_seconds"] = round(opened, 4)  # model and stored session
+        doc["import_seconds"] = round(imported, 4)  # torch and transformers, before the open
         doc["target_digests"] = [store.target_digest(t) for t in texts]
         # pages that failed their digest were recomputed from the verified tokens (counted in
         # tokens_rematerialized): the receipt names them

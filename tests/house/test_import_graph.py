@@ -9,7 +9,7 @@ from pathlib import Path
 
 import networkx as nx
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"model": "unsee.model", "specs": "unsee.specs", "proofs": "unsee.proofs", "impl": "unsee.impl"}
 ALLOWED = {"model": set(), "specs": {"model"}, "proofs": {"model"}, "impl": {"model", "specs", "proofs"}}
 

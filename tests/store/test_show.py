@@ -13,7 +13,7 @@ from unsee.model import Observation, Part
 pytestmark = pytest.mark.tiny
 
 runner = CliRunner()
-EPISODE = Path(__file__).resolve().parent.parent / "examples" / "address.jsonl"
+EPISODE = Path(__file__).resolve().parents[2] / "examples" / "address.jsonl"
 
 
 def test_show_decodes_every_turn_and_marks_what_a_forget_touches(tmp_path):

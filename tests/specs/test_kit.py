@@ -12,7 +12,7 @@ import pytest
 from unsee.specs.runtimes import MUTANT_FACTORIES
 from unsee.specs.vectors import generate, load_vectors
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def kit(runtime: str, cwd: Path, *extra: str) -> subprocess.CompletedProcess:

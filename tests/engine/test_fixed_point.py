@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from tests.kv_helpers import EPISODE, FAMILIES
-from tests.test_cli_store import unsee
-from tests.test_kv_pages import kv_equal, snapshot_kv
+from tests.store.test_cli_store import unsee
+from tests.engine.test_kv_pages import kv_equal, snapshot_kv
 from unsee.impl.engine.runtime import KVRuntime
 from unsee.impl.engine.kv import KVEngine, row_independence
 from unsee.impl.engine.lm import TorchLM

@@ -18,19 +18,19 @@ from unsee.impl.cli import app
 
 pytestmark = pytest.mark.tiny  # the README's tour runs on tiny-llama
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 SETUP = ("bash scripts/setup.sh && .venv/bin/unsee demo",
          'bash scripts/setup.sh --tests && .venv/bin/python -m pytest -m "not slow"')
 # Commands that take minutes: parsed against the CLI here, run by the tests named.
 COSTLY = {
-    "unsee prove": "tests/test_cli.py, tests/test_proofs.py, tests/test_code_proofs.py",
-    "unsee bench": "tests/test_bench.py",
-    "unsee audit": "tests/test_audit.py",
-    "unsee soak": "tests/test_integrity.py",
+    "unsee prove": "tests/house/test_cli.py, tests/specs/test_proofs.py, tests/specs/test_code_proofs.py",
+    "unsee bench": "tests/experiments/test_bench.py",
+    "unsee audit": "tests/experiments/test_audit.py",
+    "unsee soak": "tests/store/test_integrity.py",
 }
-# Not unsee commands: the kit runs a user's runtime (tests/test_kit.py runs it on the example).
-OTHER = {"python -m pytest --pyargs unsee.specs.conformance": "tests/test_kit.py"}
+# Not unsee commands: the kit runs a user's runtime (tests/specs/test_kit.py runs it on the example).
+OTHER = {"python -m pytest --pyargs unsee.specs.conformance": "tests/specs/test_kit.py"}
 
 
 def _blocks(text: str, lang: str) -> list[str]:

@@ -8,7 +8,7 @@ from unsee.model import Config
 from unsee.specs.harness import verify
 from unsee.specs.mutants import MUTANTS, PROTOCOL_MUTANTS
 from unsee.specs.statements import SpecViolation
-from tests.test_reference_machine import ReferenceMachine
+from tests.model.test_reference_machine import ReferenceMachine
 
 
 @pytest.mark.heavy

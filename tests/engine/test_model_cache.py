@@ -20,7 +20,7 @@ import torch
 
 from unsee.impl.engine import models
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def word_tokenizer():

@@ -267,7 +267,7 @@ def test_every_committed_audit_table_is_what_its_json_renders():
 
     from unsee.impl.experiments.reports import audit_markdown
 
-    results = Path(__file__).resolve().parents[1] / "docs" / "results"
+    results = Path(__file__).resolve().parents[2] / "docs" / "results"
     pairs = [(j, j.with_suffix(".md")) for j in sorted(results.glob("audit-*.json")) if j.with_suffix(".md").exists()]
     assert len(pairs) >= 10
     for j, md in pairs:

@@ -266,7 +266,7 @@ def test_the_bench_reports_render_every_committed_result():
 
     from unsee.impl.experiments.reports import Tab, cost_law_report, report_markdown, rich_table, store_tab
 
-    results = Path(__file__).resolve().parents[1] / "docs" / "results"
+    results = Path(__file__).resolve().parents[2] / "docs" / "results"
     agent = json.loads((results / "cost-law-agent-tiny-llama.json").read_text())
     items = cost_law_report(agent)
     text = report_markdown("cost law", items)
@@ -327,6 +327,21 @@ def test_b7_never_computes_more_tokens_than_b5_at_any_tau_on_the_reference(shape
         (_, r7), (_, r5) = selective_replay(s, ["z"]), full_reset(s, ["z"])
         assert r7.tokens_computed <= r5.tokens_computed, (tau, r7, r5)
         assert r5.tokens_decoded > 0 and r7.tokens_decoded + r7.tokens_verified > 0 or tau == T
+
+
+def test_b5_prime_receipt_counts_its_prefix_hits_apart_from_what_it_computed():
+    """B5′ takes prompt blocks from its prefix cache without a forward: its receipt says so
+    (tokens_reused), and what it says it computed is what the engine forwarded."""
+    from unsee.impl.experiments.bench_sessions import agent_session
+
+    live = live_session("tiny-llama", agent_session(16, None, 0.0, 4)[0], 4)
+    hits = live.model.hits
+    r5, _ = _forwarded(live, lambda s: full_reset(s, ["z"]))
+    rp, n = _forwarded(live, lambda s: full_reset(s, ["z"], prefix_cache=True))
+    # the prefix cache is R_T read back: the engine re-materializes nothing here (it is resident)
+    assert rp.tokens_computed == n - 1  # B5′'s fresh cache prefills BOS
+    assert rp.tokens_reused > 0 and rp.tokens_prefilled + rp.tokens_reused == r5.tokens_prefilled
+    assert r5.tokens_reused == 0 and live.model.hits == hits  # branches count their own hits
 
 
 def test_a_rejected_draft_is_tried_only_while_drafts_have_paid():

@@ -10,7 +10,7 @@ import pytest
 
 pytestmark = pytest.mark.tiny
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EPISODE = ROOT / "examples" / "address.jsonl"
 
 

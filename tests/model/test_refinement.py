@@ -18,7 +18,7 @@ from unsee.proofs.obligations import datalog_closure
 from unsee.specs.harness import present_targets
 from unsee.specs.strategies import programs
 
-from .kv_helpers import FAMILIES
+from tests.kv_helpers import FAMILIES
 
 pytestmark = pytest.mark.tiny
 

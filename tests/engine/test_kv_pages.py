@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from tests.kv_helpers import EPISODE, FAMILIES
-from tests.test_cli_store import unsee
-from tests.test_durability import persisted_bytes
+from tests.store.test_cli_store import unsee
+from tests.store.test_durability import persisted_bytes
 from unsee.impl.engine.runtime import KVRuntime
 from unsee.impl.store.session import open_runtime
 from unsee.impl.store.episode import write_episode

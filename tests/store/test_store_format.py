@@ -8,13 +8,13 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-from tests.test_cli_store import EPISODE, unsee
+from tests.store.test_cli_store import EPISODE, unsee
 from unsee.impl.engine.runtime import make_runtime
 from unsee.impl.store.session import open_runtime
 from unsee.impl.experiments.bench_store import store_session
 from unsee.impl.store.sqlite import Store
 
-FORMAT1 = Path(__file__).parent / "data" / "format1-address.db"  # `unsee run examples/address.jsonl`, format 1
+FORMAT1 = Path(__file__).parent.parent / "data" / "format1-address.db"  # `unsee run examples/address.jsonl`, format 1
 
 
 def stored_bytes(tmp_path, T: int) -> int:

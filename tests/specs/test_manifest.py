@@ -9,7 +9,7 @@ from unsee.proofs.ties import TIES
 from unsee.specs import statements
 from unsee.specs.manifest import MANIFEST
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _defined_names(path: Path) -> set[str]:

@@ -30,7 +30,7 @@ from unsee.impl.store.sqlite import Store
 pytestmark = pytest.mark.tiny
 
 runner = CliRunner()
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EPISODE = ROOT / "examples" / "address.jsonl"
 
 

@@ -25,7 +25,7 @@ def test_problems_names_a_bug_the_kit_lets_through():
 
 
 # CI plants two (the forgotten text back in the log, a de-duplication the Z3 model cannot see; a
-# restore one block too long is planted by tests/test_proofs.py); UNSEE_PLANTED=all plants all of
+# restore one block too long is planted by tests/specs/test_proofs.py); UNSEE_PLANTED=all plants all of
 # them, as `python -m unsee.specs.planted` does (about half an hour on two cores).
 CI_BUGS = ("without_keeps_instead_of_part", "replay_tools_call_id_only")
 

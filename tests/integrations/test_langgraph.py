@@ -37,7 +37,7 @@ from unsee.specs.vectors import load_vectors, run_vectors
 from unsee.impl.integrations import langgraph as L
 from unsee.impl.integrations.langgraph import runtime as R
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SECRET = "my diagnosis is type 2 diabetes keep it private"
 
 
