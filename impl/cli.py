@@ -39,6 +39,17 @@ class KvPages(str, Enum):
     none = "none"
 
 
+class Attn(str, Enum):
+    auto = "auto"
+    eager = "eager"
+    sdpa = "sdpa"
+
+
+class Dtype(str, Enum):
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+
+
 class Shape(str, Enum):
     short = "short"
     agent = "agent"
@@ -314,7 +325,14 @@ def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observa
         seed: Optional[int] = typer.Option(None, help="Sample with this seed (default: greedy decoding)."),
         policy: Policy = typer.Option(Policy.every, help="Checkpoint policy."),
         kv_pages: KvPages = typer.Option(KvPages.keep, help="keep: persist every block's K/V rows so that a forget "
-                                     "restores its checkpoint by reading them; none: re-materialize instead.")) -> None:
+                                     "restores its checkpoint by reading them; none: re-materialize instead."),
+        attn: Attn = typer.Option(Attn.auto, help="Attention kernel (part of the state: every later forget runs "
+                                  "under it). auto: of eager and sdpa, those whose premise self-test holds here, the "
+                                  "faster on a long prefill, measured now."),
+        dtype: Dtype = typer.Option(Dtype.float32, help="Weights and cache dtype (bfloat16: about half the time of "
+                                    "each forward, other numerics than float32: another model's replies)."),
+        threads: int = typer.Option(1, min=1, help="CPU threads of every forward (part of the state, like the "
+                                    "kernel: more threads split the reductions differently).")) -> None:
     """Run a session from an episode file and store it."""
     from unsee.impl.store.episode import parse_episode
     from unsee.impl.store.session import Agent
@@ -322,11 +340,19 @@ def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observa
 
     try:
         stream, tools = parse_episode(episode, max_new_tokens)  # every line is checked before anything is written
+        settings, why = {}, None
+        if model != "reference":
+            settings = {"dtype": dtype.value, "threads": threads, "attn": attn.value}
+            if attn is Attn.auto:
+                from unsee.impl.engine.settings import choose_attn
+
+                with console.status(f"choosing the attention kernel for {model} on this machine"):
+                    settings["attn"], why = choose_attn(model, dtype.value, threads=threads)
         with _progress() as p:
             task = p.add_task(f"run {episode.name} on {model}", total=len(stream))
             agent = Agent.create(db, model, Config(sampling=seed is not None, seed=seed, tools=tools), policy.value,
                                  kv_pages=kv_pages is KvPages.keep, observations=stream,
-                                 on_step=lambda: p.advance(task))
+                                 on_step=lambda: p.advance(task), **settings)
     except (UnseeError, ValueError) as e:
         _fail(e)
     with agent:
@@ -338,6 +364,8 @@ def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observa
         if "weights_sha256" in identity:
             out.print(f"settings: {identity['dtype']}, {identity['attn']} attention, {identity['threads']} thread(s) "
                       f"on {identity['device']} (every later forget and check runs under these)")
+            if why:
+                out.print(f"attention: {why}")
         if n_pages:
             out.print(f"K/V pages: {n_pages} blocks, {page_tokens} tokens, {page_bytes / 1e6:.1f} MB "
                       f"({page_bytes / page_tokens / 1e3:.1f} KB per token); capture "
@@ -706,6 +734,8 @@ def bench_forget(model: list[str] = typer.Option(["tiny-llama"], help="Model nam
                                        "from the end."),
                  repeats: int = typer.Option(3, help="Forgets per method, each in a fresh process on its own "
                                              "copy of the store (medians reported)."),
+                 attn: Attn = typer.Option(Attn.auto, help="Attention kernel the session runs under (auto: as "
+                                           "`unsee run` chooses it)."),
                  json_path: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
                  markdown: Optional[Path] = typer.Option(None, help="Write the tables as Markdown here."),
                  plot_path: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG here.")) -> None:
@@ -720,8 +750,14 @@ def bench_forget(model: list[str] = typer.Option(["tiny-llama"], help="Model nam
     docs, items = [], []
     with _progress(every=10.0) as p:
         for m in model:
+            kernel = attn.value
+            if attn is Attn.auto:
+                from unsee.impl.engine.settings import choose_attn
+
+                kernel, why = choose_attn(m)
+                console.print(f"[dim]{m}: {kernel} attention ({why})[/dim]")
             task = p.add_task(f"{m}: run, then {repeats}× {', '.join(METHODS)}", total=1 + repeats * len(METHODS))
-            doc = side_by_side(m, T, repeats, on_step=lambda _: p.advance(task))
+            doc = side_by_side(m, T, repeats, attn=kernel, on_step=lambda _: p.advance(task))
             docs.append(doc)
             items += side_by_side_report(doc)
     for item in items:

@@ -439,6 +439,11 @@ def from_path(path: Path, name: str, dtype=torch.float32, device=None, attn: str
 _CACHE: dict = {}
 
 
+def forget(name: str, dtype: str = "float32", device: str | None = None, attn: str = "eager") -> None:
+    """Drop a load from this process's cache (its weights go when nothing else holds them)."""
+    _CACHE.pop((name, dtype, pick_device(device).type, attn), None)
+
+
 def load(name: str, dtype: str = "float32", device: str | None = None, attn: str = "eager") -> Bundle:
     """tiny-llama | tiny-qwen2 | tiny-mistral | recall-tiny | recall-tiny-2 | recall-tiny-3 | smollm2 | a local folder | a .gguf file."""
     key = (name, dtype, pick_device(device).type, attn)  # "cpu" and the default on a CPU machine are one load

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from unsee.specs.traces import Append, Crop, Forward, Reset
+from unsee.specs.traces import Append, Begin, Crop, Forward, Reset
 
 METHODS = ("B5", "B5'", "B7")
 
@@ -46,10 +46,24 @@ def forward_limit(rt) -> dict:
     ids = list(rt.model.bos) + [int(t) for t in rt.session.state.tokens]  # as the engine holds them
     engine = result.clone()
     engine.reset()
+
+    def fill(start: int, n: int) -> None:  # rows appended without compute: the result's, else zeros
+        if n and not len(engine):  # an empty cache has no layers to append to until a forward makes them
+            engine.prefill(ids[:1])
+            engine.crop(0, fresh_storage=False)
+        shared = max(0, min(n, len(result) - start))
+        if shared:
+            engine.append_rows(result.cache, start, start + shared)
+        if n > shared:  # rows of another state (R_T, before a forget crops it): never timed
+            blank = result.rows(0, 1)
+            engine.append_pages([blank.new_zeros(blank.shape[:3] + (n - shared,) + blank.shape[4:])])
+
     seconds, forwards, tokens = 0.0, 0, 0
     with torch.inference_mode():
         for e in trace.events:
-            if isinstance(e, Reset):
+            if isinstance(e, Begin):  # the engine as the forget found it (R_T, resident or not)
+                fill(0, e.length)
+            elif isinstance(e, Reset):
                 engine.reset()
             elif isinstance(e, Crop):
                 engine.crop(e.length, fresh_storage=False)
@@ -58,11 +72,7 @@ def forward_limit(rt) -> dict:
                     raise ValueError(f"the trace's {type(e).__name__} at {e.start} does not follow the "
                                      f"engine's {len(engine)} positions")
                 if isinstance(e, Append):
-                    if e.start + e.n <= len(result):
-                        engine.append_rows(result.cache, e.start, e.start + e.n)
-                    else:  # rows of another state (B5′ reads R_T back first): their values are never timed
-                        blank = result.rows(0, 1)
-                        engine.append_pages([blank.new_zeros(blank.shape[:3] + (e.n,) + blank.shape[4:])])
+                    fill(e.start, e.n)
                     continue
                 chunk = [ids[p] if p < len(ids) else ids[-1] for p in range(e.start, e.start + e.n)]
                 x = torch.tensor([chunk], dtype=torch.long, device=engine.device)
@@ -102,14 +112,18 @@ def forget_in_process(db: Path, method: str, receipt: Path, timeout: float = 360
     return {**json.loads(receipt.read_text()), "process_seconds": round(wall, 4)}
 
 
-def side_by_side(model: str, T: int, repeats: int = 3, reply: int = 8, workdir=None, on_step=None) -> dict:
+def side_by_side(model: str, T: int, repeats: int = 3, reply: int = 8, attn: str = "eager", workdir=None,
+                 on_step=None) -> dict:
     """The agent shape (`agent_session`: a tool-schema system prompt, the target 12 turns from
     the end) run once and stored as `unsee run` stores it; then B5, B5′ and B7 each forget the
     target from their own copy of the store in a fresh process, `repeats` times, interleaved
     (B5, B5′, B7, B5, ...) so that a slow spell of the machine falls on every method. Each run
-    also measures the limit of its own forwards. on_step(label) after each stage."""
-    from unsee.impl.experiments.bench_sessions import AGENT_SYSTEM, agent_session, live_session, load_template
+    also measures the limit of its own forwards. `attn`: the kernel the session is run and
+    stored under (every forget then runs under it). on_step(label) after each stage."""
+    from unsee.impl.engine.runtime import KVRuntime
+    from unsee.impl.experiments.bench_sessions import AGENT_SYSTEM, agent_session, load_template
     from unsee.impl.store.sqlite import Store
+    from unsee.model.state import Config
 
     obs, _ = agent_session(T, None, 0.0, reply)
     runs: dict[str, list[dict]] = {m: [] for m in METHODS}
@@ -117,7 +131,9 @@ def side_by_side(model: str, T: int, repeats: int = 3, reply: int = 8, workdir=N
         stored = Path(tmp) / "stored"
         stored.mkdir()
         t0 = time.perf_counter()
-        live = live_session(model, obs, reply)
+        live = KVRuntime(model, Config(summary_tokens=reply), attn=attn)
+        for o in obs:
+            live.step(o)
         run_seconds = time.perf_counter() - t0
         store = Store(stored / "session.db", create=True)
         store.save(live.session, model, dict(live.digest()))
@@ -135,7 +151,7 @@ def side_by_side(model: str, T: int, repeats: int = 3, reply: int = 8, workdir=N
                 if on_step:
                     on_step(m)
     digests = {m: rs[-1]["digests"] for m, rs in runs.items()}
-    return {"model": model, "shape": "agent", "T": T, "reply_tokens": reply, "repeats": repeats,
+    return {"model": model, "shape": "agent", "T": T, "attn": attn, "reply_tokens": reply, "repeats": repeats,
             "system_prompt_tokens": len(load_template(model).block("system", AGENT_SYSTEM)),
             "context_tokens": context, "run_seconds": round(run_seconds, 2),
             "bit_exact": all(d == digests["B5"] for d in digests.values()),
@@ -177,7 +193,8 @@ def side_by_side_report(doc: dict) -> list:
     ms = doc["methods"]
     b5, b5p, b7 = ms["B5"], ms["B5'"], ms["B7"]
     t = Tab(f"{doc['model']}: forget a tool result {doc['T'] - b7['tau'] + 1} turns from the end of {doc['T']} "
-            f"({doc['system_prompt_tokens']}-token tool prompt, {doc['context_tokens']} tokens), fresh processes",
+            f"({doc['system_prompt_tokens']}-token tool prompt, {doc['context_tokens']} tokens), {doc['attn']} "
+            "attention, fresh processes",
             ("method", "seconds", "forwards s", "×", "forwards", "computed", "restored", "reused", "F", "open s"))
     for m, d in ms.items():
         t.add(m, f"{d['seconds']['median']:.2f}", f"{d['limit_seconds']['median']:.2f}",
@@ -217,7 +234,8 @@ def plot_side_by_side(docs: list[dict], path) -> None:
             ax.text(i, a, f"{a:.2f} s\n{a / b:.2f}×" if b else f"{a:.2f} s", ha="center", va="bottom", fontsize=8)
         ax.set_ylim(0, max(total) * 1.25)
         ax.set_ylabel("receipt seconds (median)")
-        ax.set_title(f"{doc['model']}, T={doc['T']}, {doc['context_tokens']} tokens", fontsize=9)
+        ax.set_title(f"{doc['model']}, T={doc['T']}, {doc['context_tokens']} tokens, {doc['attn']} attention",
+                     fontsize=9)
         ax.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

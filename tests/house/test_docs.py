@@ -25,7 +25,7 @@ SETUP = ("bash scripts/setup.sh && .venv/bin/unsee demo",
 # Commands that take minutes: parsed against the CLI here, run by the tests named.
 COSTLY = {
     "unsee prove": "tests/house/test_cli.py, tests/specs/test_proofs.py, tests/specs/test_code_proofs.py",
-    "unsee bench": "tests/experiments/test_bench.py",
+    "unsee bench": "tests/experiments/test_bench.py, tests/experiments/test_limit.py",
     "unsee audit": "tests/experiments/test_audit.py",
     "unsee soak": "tests/store/test_integrity.py",
 }
