@@ -3,46 +3,39 @@
 The attention kernel is part of a state's definition (the store records it and every later
 process runs under it), so it is chosen once, when a session is created: of the kernels
 whose premise self-test holds here (`row_independence`: a reply's rows do not read later
-tokens, bit for bit), the one whose prefill of a long block is faster.
+tokens, bit for bit), the one that runs a forget's kind of work faster. The measurement is
+kept beside the self-test results, keyed the same way (weights, dtype, device, threads,
+versions, CPU flags), so it is taken once per model and machine.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import time
 
 KERNELS = ("eager", "sdpa")
-PROBE_TOKENS = 512  # a long block: where the kernels differ (short ones cost the same)
+CONTEXT, BLOCK, BLOCKS = 768, 8, 4  # a long prefill, then short forwards at that context (a replay's mix)
+VERSION = 1  # bump when the probe changes: older measurements are then not read
 
 
-def choose_attn(model: str, dtype: str = "float32", device: str | None = None, threads: int = 1,
-                tokens: int = PROBE_TOKENS) -> tuple[str, str]:
+def choose_attn(model: str, dtype: str = "float32", device: str | None = None, threads: int = 1) -> tuple[str, str]:
     """(kernel, a sentence saying why) for a new store of `model`: the faster of KERNELS on a
-    `tokens`-token prefill (best of two, after a warm-up) among those whose self-test holds.
-    The losing kernel's weights are dropped from the load cache."""
-    import torch
-
+    CONTEXT-token prefill plus BLOCKS forwards of BLOCK tokens after it, among those whose
+    self-test holds. The losing kernel's weights are dropped from the load cache."""
     from unsee.impl.engine import models
-    from unsee.impl.engine.kv import KVEngine, row_independence
+    from unsee.impl.engine.kv import KVEngine, selftest_key
 
-    seconds, refused = {}, []
-    for kernel in KERNELS:
-        bundle = models.load(model, dtype, device, attn=kernel)
-        engine = KVEngine(bundle.model, bundle.device, threads)
-        holds, _ = row_independence(engine)
-        if not holds:
-            refused.append(kernel)
-            continue
-        vocab = bundle.model.config.vocab_size
-        n = min(tokens, getattr(bundle.model.config, "max_position_embeddings", tokens) - 1)
-        ids = torch.randint(10, vocab, (n,), generator=torch.Generator().manual_seed(0)).tolist()
-        times = []
-        for _ in range(3):  # the first warms the kernel up; the best of the other two counts
-            engine.reset()
-            t0 = time.perf_counter()
-            engine.prefill(ids)
-            times.append(time.perf_counter() - t0)
-        engine.release()
-        seconds[kernel] = min(times[1:])
+    engines = {k: KVEngine(models.load(model, dtype, device, attn=k).model, models.pick_device(device), threads)
+               for k in KERNELS}
+    key = {"probe": [VERSION, CONTEXT, BLOCK, BLOCKS],
+           **{k: selftest_key(e, k) for k, e in engines.items()}}
+    cached = _read(key)
+    seconds, refused = cached if cached is not None else _measure(engines)
+    if cached is None:
+        _write(key, seconds, refused)
+    for e in engines.values():
+        e.release()
     if not seconds:
         return "eager", (f"the premise self-test fails for every kernel here ({', '.join(refused)}): eager, with "
                          "recorded replies never reused")
@@ -51,7 +44,67 @@ def choose_attn(model: str, dtype: str = "float32", device: str | None = None, t
         if kernel != best:
             models.forget(model, dtype, device, kernel)
     timed = ", ".join(f"{k} {1000 * s:.0f} ms" for k, s in seconds.items())
-    why = f"auto: the faster kernel on a {n}-token prefill here ({timed})"
+    why = (f"auto: the faster kernel here on a {CONTEXT}-token prefill and {BLOCKS} {BLOCK}-token forwards after it "
+           f"({timed}; {'measured earlier on this machine' if cached is not None else 'measured now'})")
     if refused:
         why += f"; {', '.join(refused)} refused: its self-test fails"
     return best, why
+
+
+def _measure(engines) -> tuple[dict, list]:
+    import torch
+
+    from unsee.impl.engine.kv import row_independence
+
+    seconds, refused = {}, []
+    for kernel, engine in engines.items():
+        holds, _ = row_independence(engine)
+        if not holds:
+            refused.append(kernel)
+            continue
+        config = engine.model.config
+        n = min(CONTEXT, getattr(config, "max_position_embeddings", CONTEXT + BLOCK * BLOCKS) - BLOCK * BLOCKS - 1)
+        ids = torch.randint(10, config.vocab_size, (n + BLOCK * BLOCKS,),
+                            generator=torch.Generator().manual_seed(0)).tolist()
+        engine.reset()
+        engine.prefill(ids[:BLOCK])  # warm the kernel up
+        engine.reset()
+        t0 = time.perf_counter()
+        engine.prefill(ids[:n])
+        for i in range(BLOCKS):
+            engine.prefill(ids[n + i * BLOCK:n + (i + 1) * BLOCK])
+        seconds[kernel] = time.perf_counter() - t0
+        engine.reset()
+    return seconds, refused
+
+
+def _path(key: dict):
+    import hashlib
+
+    from unsee.impl.engine.kv import selftest_dir
+
+    return selftest_dir() / ("attn-" + hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
+                             + ".json")
+
+
+def _read(key: dict):
+    try:
+        doc = json.loads(_path(key).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("key") != key:
+        return None
+    return doc["seconds"], doc["refused"]
+
+
+def _write(key: dict, seconds: dict, refused: list) -> None:
+    """Atomically, like the self-test's results; a cache that cannot be written costs the next
+    new store the measurement."""
+    path = _path(key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"key": key, "seconds": seconds, "refused": refused}, sort_keys=True))
+        os.replace(tmp, path)
+    except OSError:
+        pass

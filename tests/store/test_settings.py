@@ -55,7 +55,7 @@ def test_run_chooses_the_kernel_by_measurement_and_says_so(tmp_path):
     chosen = _identity(db)["attn"]
     text = " ".join(res.output.split())
     assert chosen in ("eager", "sdpa") and f"{chosen} attention" in text
-    assert "attention: auto: the faster kernel on a 512-token prefill here (eager" in text
+    assert "attention: auto: the faster kernel here on a 768-token prefill and 4 8-token forwards after it (eager" in text
 
 
 def test_run_refuses_settings_that_do_not_exist(tmp_path):
