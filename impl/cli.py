@@ -740,7 +740,7 @@ def bench_forget(model: list[str] = typer.Option(["tiny-llama"], help="Model nam
                  markdown: Optional[Path] = typer.Option(None, help="Write the tables as Markdown here."),
                  plot_path: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG here.")) -> None:
     """B5, B5′ and B7 side by side on a stored agent session, each against the limit of its own forwards."""
-    from unsee.impl.experiments.bench import AGENT_SUFFIX
+    from unsee.impl.experiments.bench_sessions import AGENT_SUFFIX
     from unsee.impl.experiments.limit import METHODS, plot_side_by_side, side_by_side, side_by_side_report
     from unsee.impl.experiments.reports import Tab, report_markdown, rich_table
 
@@ -794,7 +794,10 @@ def bench_cost_law(model: str = typer.Option("tiny-llama", help="Model name or p
                    markdown: Optional[Path] = typer.Option(None, help="Write the tables as Markdown here."),
                    plot_path: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG of the sweeps here.")) -> None:
     """Sweep τ and indep; B5, B5′ and B7 on the same sessions; fit B7's cost to T−τ+1."""
-    from unsee.impl.experiments.bench import AGENT_SUFFIX, AGENT_T, SWEEP_METHODS, cost_law, plot, sweep_taus
+    from unsee.impl.experiments.bench import cost_law
+    from unsee.impl.experiments.bench_plot import plot
+    from unsee.impl.experiments.bench_sessions import AGENT_SUFFIX, AGENT_T, sweep_taus
+    from unsee.impl.experiments.bench_sweeps import SWEEP_METHODS
     from unsee.impl.experiments.reports import Tab, cost_law_report, report_markdown, rich_table
 
     try:

@@ -79,9 +79,8 @@ class LM(Protocol):
     """θ behind the transition F: what `unsee.model.state.step` asks of a language model.
 
     `kv` is the model's cache handle (a value here, a reference to a resident cache in
-    `unsee.impl.engine.lm.TorchLM`). The fast paths are arguments, never settings: `reuse` (a
-    prefix cache from `prefix_cache`, B5′) and `trust` (prefill a recorded reply unchecked:
-    the bench's labelled oracle comparison, not exact) apply to the one call that passes them.
+    `unsee.impl.engine.lm.TorchLM`). The fast path is an argument, never a setting: `reuse` (a
+    prefix cache from `prefix_cache`, B5′) applies to the one call that passes it.
     Optional: `kv_length(kv)`, the context tokens a cache holds; where a model has it, `restore`
     checks a restored cache against the checkpoint's context.
 
@@ -99,7 +98,7 @@ class LM(Protocol):
     def empty(self) -> Any: ...
     def prefill(self, kv: Any, tokens, logits: bool = False, reuse: Any = None) -> Any: ...
     def reuses(self, kv: Any, tokens, reuse: Any) -> bool: ...
-    def decode(self, kv: Any, n: int, draw_list, hint=None, trust: bool = False, constraint=None
+    def decode(self, kv: Any, n: int, draw_list, hint=None, constraint=None
                ) -> tuple[tuple[int, ...], Any, int, int]: ...
     def crop(self, kv: Any, n: int) -> Any: ...
     def resident(self, kv: Any) -> bool: ...
@@ -196,7 +195,7 @@ class ReferenceLM:
         return bool(reuse) and bool(tokens) and reuse[0][:n + len(tokens)] == reuse[0][:n] + tokens \
             and reuse[1][:n] == kv
 
-    def decode(self, kv, n: int, draw_list, hint=None, trust: bool = False, constraint=None):
+    def decode(self, kv, n: int, draw_list, hint=None, constraint=None):
         """F's reply: n tokens, each the choice after the context and the tokens before it.
         Returns (tokens, kv, tokens decoded one forward at a time, tokens verified: the draft's
         tokens extended as they were checked).
@@ -205,11 +204,8 @@ class ReferenceLM:
         the context makes, and only from the first disagreement on is the rest decoded. The
         answer does not depend on the hint (the reply is the unique fixed point), only its cost.
         Here a prefill and a decode give the same bits, so the check is exact token by token.
-        `trust` takes the hint unchecked (the bench's labelled oracle comparison, not exact).
         `constraint` (from `grammar`): decode at most n tokens of JSON under a schema (see
         `constrained`)."""
-        if trust and hint is not None and (len(hint) == n or constraint is not None):
-            return tuple(hint), extend(kv, tuple(hint)), 0, len(hint)
         if constraint is not None:
             return constrained(kv, n, draw_list, hint, constraint)
         if n == 0:

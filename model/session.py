@@ -134,14 +134,14 @@ def wants_checkpoint(policy: str, state: State, obs: Observation) -> bool:
 
 
 def append(s: Session, obs: Observation, meter: Meter | None = None,
-           fire: bool = True, hints=None, reuse=None, trust: bool = False) -> tuple[Session, tuple[LedgerEntry, ...]]:
+           fire: bool = True, hints=None, reuse=None) -> tuple[Session, tuple[LedgerEntry, ...]]:
     """Run one transition on the live session; returns the new side effects it committed.
-    `hints`: recorded replies of this transition, used as drafts; `reuse`, `trust`: the
-    fast paths (see `step`)."""
+    `hints`: recorded replies of this transition, used as drafts; `reuse`: B5′'s prefix cache
+    (see `step`)."""
     r = s.state
     if s.checkpoints[-1].boundary != s.T and wants_checkpoint(s.policy, r, obs):
         s = _checkpoint(s, r, s.T)
-    r2 = step(r, obs, meter, s.lm, hints, reuse, trust)
+    r2 = step(r, obs, meter, s.lm, hints, reuse)
     s.lm.after_step(r2)
     effects = r2.ledger[len(r.ledger):]
     s = replace(s, observations=s.observations + (obs,), states=s.states + (r2,))
@@ -291,15 +291,13 @@ def arguments(args: str):
 
 
 def replay_suffix(s: Session, start: State, boundary: int, sources, meter: Meter, drafts: bool = False,
-                  independent=frozenset(), mode: str | None = None, reuse=None):
+                  reuse=None):
     """Lines 6–10 on the live session from R_boundary; returns the new session and the A3 report.
 
     drafts=True hands each transition the replies the recorded run produced as drafts: F checks
     each against the counterfactual context and keeps it only where it is F's own reply, so
-    the result is exactly what decoding would give (see `step`). `independent` (transition
-    indices) with mode "oracle" instead trusts a marking and prefills those turns' recorded
-    replies unchecked: a labelled comparison for the bench, not exact. `reuse`: B5′'s prefix
-    cache (`LM.prefix_cache`)."""
+    the result is exactly what decoding would give (see `step`). `reuse`: B5′'s prefix cache
+    (`LM.prefix_cache`)."""
     kept = tuple(c for c in s.checkpoints if c.boundary <= boundary)
     # the prefix's log loses z's parts too: a part of z that F never read before τ (one standing
     # instead of another source) is still z's text, and the twin's log never held it
@@ -311,9 +309,8 @@ def replay_suffix(s: Session, start: State, boundary: int, sources, meter: Meter
     for i, obs in enumerate(s.observations[boundary:], boundary + 1):
         o = sanitize(obs, sources)
         replayed.append(o)
-        trust = mode == "oracle" and i in independent
-        hints = s.states[i].outputs if drafts or trust else None
-        t, effects = append(t, o, meter, fire=False, hints=hints, reuse=reuse, trust=trust)  # line 9
+        hints = s.states[i].outputs if drafts else None
+        t, effects = append(t, o, meter, fire=False, hints=hints, reuse=reuse)  # line 9
         d, c = replay_tools(s.world, effects)
         dedup += d
         comp += c
@@ -352,19 +349,16 @@ def locate_target(s: Session, sources):
     return arts, min(shown, default=tau)
 
 
-def selective_replay(s: Session, sources, checkpoint: int | None = None, independent=frozenset(),
-                     mode: str | None = None, drafts: bool = True) -> tuple[Session, Receipt]:
+def selective_replay(s: Session, sources, checkpoint: int | None = None,
+                     drafts: bool = True) -> tuple[Session, Receipt]:
     """B7, Algorithm 1. `checkpoint` forces a coarser splice point c < τ (for ablations).
 
     Each replayed transition gets the recorded run's replies as drafts (drafts=True): a reply
     the target did not change is accepted after one check instead of being decoded again, and
     one it changed is decoded from its first changed token; either way the result is F's, bit
-    for bit, with no oracle (the receipt counts replies skipped). mode "oracle" is the bench's
-    labelled comparison: trust a marking of `independent` turns, prefill their recorded replies
-    unchecked (token equality only if the marking is right; not bit-exact).
+    for bit, with no oracle (the receipt counts replies skipped). drafts=False decodes every
+    replayed reply (Algorithm 1 as written).
     """
-    if mode not in (None, "oracle"):
-        raise UnseeError(f"mode {mode!r} is not None or 'oracle'")
     t0 = time.perf_counter()
     arts, tau = locate_target(s, sources)  # lines 1–2
     taint = suffix_closure(s.state.artifacts, arts)  # line 3
@@ -377,9 +371,8 @@ def selective_replay(s: Session, sources, checkpoint: int | None = None, indepen
     # a draft may waste at most what the restore saved against a full reset, which computes every
     # one of R_c's context tokens at least once: B7 never computes more tokens than B5
     meter.draft_credit = len(start.tokens) - meter.tokens_rematerialized
-    new, dedup, comp, replayed = replay_suffix(s, start, c.boundary, sources, meter, drafts and mode is None,
-                                         independent, mode)  # lines 6–10
-    return new, make_receipt("B7" if mode is None else f"B7-{mode}", sources, tau, s, new, c.boundary, meter, t0, taint, dedup, comp, replayed)
+    new, dedup, comp, replayed = replay_suffix(s, start, c.boundary, sources, meter, drafts)  # lines 6–10
+    return new, make_receipt("B7", sources, tau, s, new, c.boundary, meter, t0, taint, dedup, comp, replayed)
 
 
 def full_reset(s: Session, sources, prefix_cache: bool = False) -> tuple[Session, Receipt]:

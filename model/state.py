@@ -259,12 +259,11 @@ class _Lookup:
 class _Turn:
     """Accumulates one transition's outputs; `freeze` returns the new State."""
 
-    def __init__(self, state: State, turn: int, model, hints=None, reuse=None, trust: bool = False,
+    def __init__(self, state: State, turn: int, model, hints=None, reuse=None,
                  credit: int | None = None) -> None:
         self.lm = model
         self.hints = list(hints or ())  # a recorded run's replies, in decode order: drafts only
         self.reuse = reuse  # B5′'s prefix cache, or None
-        self.trust = trust  # take the hints unchecked (the bench's oracle comparison)
         self.s = state
         self.turn = turn
         self.tokens = list(state.tokens)
@@ -342,10 +341,10 @@ class _Turn:
         hint = self.hints.pop(0) if self.hints else None
         constraint = None if tool is None else self.lm.grammar(tool)
         size = 0 if hint is None else len(hint)  # a call's reply may end before n: its draft may too
-        drafting = n > 0 and not self.trust and (size == n if constraint is None else 0 < size <= n)
+        drafting = n > 0 and (size == n if constraint is None else 0 < size <= n)
         if drafting and self.credit is not None and self.credit < size:
             hint, drafting = None, False  # a rejected draft could cost more than drafts have saved
-        res = self.lm.decode(self.kv, n, draw, hint, trust=self.trust, constraint=constraint)
+        res = self.lm.decode(self.kv, n, draw, hint, constraint=constraint)
         out, self.kv, decoded = res[:3]
         verified = res[3] if len(res) > 3 else 0
         if drafting and self.credit is not None:  # what the draft saved (or cost) against decoding
@@ -404,15 +403,15 @@ class Meter:
 
 
 def step(state: State, obs: Observation, meter: Meter | None = None, model: lm.LM = lm.REFERENCE, hints=None,
-         reuse=None, trust: bool = False) -> State:
+         reuse=None) -> State:
     """F(R_{t-1}, o_t; θ) → R_t (Eq. 1). `model` is θ: the reference LM unless a real one is given.
 
     `hints`: the replies a recorded run of this transition produced, as drafts. F's result does
     not depend on them (each reply is the unique fixed point of the model's choices); a draft
     that is already that fixed point is accepted after one check instead of being decoded. A
     meter's `draft_credit` bounds what rejected drafts may cost (see `Meter`).
-    `reuse` and `trust` are the fast paths of `LM.prefill` and `LM.decode`, for this transition only."""
-    b = _Turn(state, state.turn + 1, model, hints, reuse, trust, None if meter is None else meter.draft_credit)
+    `reuse` is the fast path of `LM.prefill` (B5′'s prefix cache), for this transition only."""
+    b = _Turn(state, state.turn + 1, model, hints, reuse, None if meter is None else meter.draft_credit)
     fields = [b.field(obs.kind, part) for part in obs.visible]
     b.inputs = tuple(fields) + b.last_block()
     commit_pending(b, state.plan)

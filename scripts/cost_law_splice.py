@@ -8,7 +8,8 @@ also depends on which replies the target changed. Usage:
 import json
 import sys
 
-from unsee.impl.experiments.bench import agent_session, fit, live_session, sweep_taus
+from unsee.impl.experiments.bench_sessions import agent_session, live_session, sweep_taus
+from unsee.impl.experiments.bench_sweeps import fit
 from unsee.model.session import selective_replay
 
 model = sys.argv[1] if len(sys.argv) > 1 else "tiny-llama"

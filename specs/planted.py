@@ -75,7 +75,7 @@ EXTRA_LAYERS: tuple[Layer, ...] = (
     Layer("traces", (PY, "-m", "pytest", "tests/engine/test_traces.py", "-p", "no:cacheprovider", "-q", "-x")),
 )
 
-S, ST = "model/session.py", "model/state.py"
+S, ST, L = "model/session.py", "model/state.py", "model/lm.py"
 
 BUGS: tuple[Bug, ...] = (
     # the nine of the review that asked for this matrix
@@ -116,9 +116,9 @@ BUGS: tuple[Bug, ...] = (
     Bug("forget_fires_changed_calls", S, "t = replace(t, world=s.world, forgotten=",
         "t = replace(t, world=s.world + tuple(e for e in t.state.ledger if e.turn > boundary and e not in s.world), "
         "forgotten=", "the forget fires the counterfactual's calls whose arguments changed"),
-    Bug("drafts_trusted_unchecked", S, 'trust = mode == "oracle" and i in independent',
-        'trust = drafts or (mode == "oracle" and i in independent)',
-        "the replay takes every recorded reply unchecked"),
+    Bug("drafts_trusted_unchecked", L,
+        "while k < n and next_token(kv, None if draw_list is None else draw_list[k]) == hint[k]:",
+        "while k < n:", "the model takes every recorded reply it is handed as a draft unchecked"),
     Bug("restore_env_from_live_state", S, "env = dict(s.snapshots)[c.env_snapshot]", "env = s.state.env",
         "restore takes the environment from the live state, not the checkpoint's snapshot"),
     Bug("receipt_digests_before_forget", S, "layer_digests(new.state, s.lm), tuple(sorted(taint))",

@@ -133,19 +133,13 @@ class TorchLM:
         return bool(reuse) and bool(tokens) and list(reuse[0][:n]) == self.ctx \
             and list(reuse[0][n:n + len(tokens)]) == tokens
 
-    def decode(self, kv: KVRef, n: int, draws, hint=None, trust: bool = False, constraint=None):
+    def decode(self, kv: KVRef, n: int, draws, hint=None, constraint=None):
         """F's reply (KVEngine.fixed_point), from the recorded `hint` as the draft when the
         backend keeps rows independent. Returns (reply, ref, tokens decoded one per forward,
-        tokens of the reply's prefills). `trust` prefills the hint unchecked: the bench's labelled
-        oracle comparison, not exact. `constraint` (from `grammar`): at most n tokens under a
+        tokens of the reply's prefills). `constraint` (from `grammar`): at most n tokens under a
         tool's JSON schema."""
         self._live(kv)
         v0 = self.engine.tokens_verified
-        if trust and hint is not None and (len(hint) == n or constraint is not None):
-            rec = tuple(int(t) for t in hint)
-            self.engine.prefill(rec)
-            self.ctx += list(rec)
-            return rec, self._ref(), 0, len(rec)
         if constraint is not None:
             out, decoded, passes = self.engine.fixed_point_under(n, draws, hint, constraint, exact_rows=self.drafts_ok)
             self.passes += passes

@@ -121,7 +121,7 @@ def side_by_side(model: str, T: int, repeats: int = 3, reply: int = 8, attn: str
     also measures the limit of its own forwards. `attn`: the kernel the session is run and
     stored under (every forget then runs under it). on_step(label) after each stage."""
     from unsee.impl.engine.runtime import KVRuntime
-    from unsee.impl.experiments.bench import AGENT_SYSTEM, agent_session, load_template
+    from unsee.impl.experiments.bench_sessions import AGENT_SYSTEM, agent_session, load_template
     from unsee.impl.store.sqlite import Store
     from unsee.model.state import Config
 

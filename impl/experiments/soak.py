@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from unsee.impl.experiments.bench import AGENT_SUFFIX, agent_session
+from unsee.impl.experiments.bench_sessions import AGENT_SUFFIX, agent_session
 from unsee.impl.store.episode import write_episode
 
 ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",

@@ -821,7 +821,7 @@ class Scribe:
     def reuses(self, kv, tokens, reuse):
         return False  # no prefix cache: every block is computed
 
-    def decode(self, kv, n, draw_list, hint=None, trust=False, constraint=None):
+    def decode(self, kv, n, draw_list, hint=None, constraint=None):
         if n == 0:
             return (), kv, 0
         facts = present(self.facts, self.t.detokenize(self.ids))

@@ -47,9 +47,9 @@ def _instrument(lm, log: list) -> None:
         seen["purpose"] = purpose
         return header(purpose, tool)
 
-    def d(kv, n, draws, hint=None, trust=False, constraint=None):
+    def d(kv, n, draws, hint=None, constraint=None):
         ctx = list(lm.ctx)
-        out = decode(kv, n, draws, hint, trust, constraint=constraint)
+        out = decode(kv, n, draws, hint, constraint=constraint)
         if n:
             text = None if constraint is None else lm.json_text(out[0])
             log.append((seen["purpose"], n, ctx, tuple(out[0]), text))

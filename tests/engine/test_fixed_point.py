@@ -15,9 +15,10 @@ from unsee.impl.engine.kv import KVEngine, row_independence
 from unsee.impl.engine.lm import TorchLM
 from unsee.impl.store.episode import write_episode
 from unsee.impl.engine.exact import compare
+from unsee.impl.experiments.oracle import oracle_replay
 from unsee.impl.engine.models import Bundle, load
 from unsee.model import Config
-from unsee.model.session import append, selective_replay
+from unsee.model.session import append
 from unsee.model.state import Meter
 
 CONFIGS = [(m, d, a) for m in FAMILIES for d in ("float32", "bfloat16") for a in ("eager", "sdpa")]
@@ -102,13 +103,13 @@ def test_b7_with_drafts_is_bit_exact_against_a_full_reset(model, dtype):
 
 @pytest.mark.tiny
 def test_trusting_the_drafts_unchecked_is_caught():
-    """The oracle mode on every post-τ turn: what skipping would be without the check."""
+    """B7-oracle with every post-τ turn marked: what skipping would be without the check."""
     rt = KVRuntime("tiny-qwen2")
     for o in EPISODE:
         rt.step(o)
     b7, bad, b5 = rt.branch(), rt.branch(), rt.branch()
     r7 = b7.forget(["z"])
-    bad.session, _ = selective_replay(bad.session, ["z"], independent=frozenset(range(3, 8)), mode="oracle")
+    bad.session, _ = oracle_replay(bad.session, ["z"], frozenset(range(3, 8)))
     b5.forget(["z"], method="B5")
     assert r7.replies_skipped < r7.replies  # the target changed some replies here…
     assert all(compare(b7, b5).values())

@@ -2,7 +2,8 @@
 
 import pytest
 
-from unsee.impl.experiments.bench import cost_session, fit, live_session, synthetic_graph
+from unsee.impl.experiments.bench_sessions import cost_session, live_session
+from unsee.impl.experiments.bench_sweeps import fit, synthetic_graph
 from unsee.model import full_reset, selective_replay, taint_closure
 
 T = 10
@@ -105,7 +106,7 @@ def test_taint_closure_on_a_large_graph(benchmark):
 def test_agent_session_has_the_agent_shape():
     import json
 
-    from unsee.impl.experiments.bench import AGENT_SYSTEM, AGENT_T, agent_session
+    from unsee.impl.experiments.bench_sessions import AGENT_SYSTEM, AGENT_T, agent_session
 
     obs, independent = agent_session()
     assert len(obs) == AGENT_T and len(obs) - 1 >= 48  # a system prompt, then at least 48 turns
@@ -130,7 +131,7 @@ def test_agent_session_has_the_agent_shape():
 
 @pytest.mark.tiny
 def test_agent_session_marks_the_last_post_tau_turns_independent():
-    from unsee.impl.experiments.bench import agent_session
+    from unsee.impl.experiments.bench_sessions import agent_session
 
     obs, independent = agent_session(50, 39, 0.5, 4)
     assert independent == frozenset(range(45, 51))  # round(11 · 0.5) = 6 of the 11 turns after τ, the last ones
@@ -144,7 +145,7 @@ def test_agent_session_marks_the_last_post_tau_turns_independent():
 
 @pytest.mark.tiny
 def test_agent_sweep_taus():
-    from unsee.impl.experiments.bench import sweep_taus
+    from unsee.impl.experiments.bench_sessions import sweep_taus
 
     assert sweep_taus("short", 5) == [1, 2, 3, 4, 5]
     assert [50 - t + 1 for t in sweep_taus("agent", 50)] == [48, 32, 24, 16, 12, 8, 4, 1]
@@ -153,7 +154,7 @@ def test_agent_sweep_taus():
 
 @pytest.mark.slow
 def test_agent_system_prompt_is_over_1500_smollm2_tokens():
-    from unsee.impl.experiments.bench import AGENT_SYSTEM
+    from unsee.impl.experiments.bench_sessions import AGENT_SYSTEM
     from unsee.impl.engine.models import ChatMLTemplate, UnknownModel, smollm2_path
 
     try:
@@ -171,14 +172,14 @@ AGENT_SMALL_T = 24
 
 @pytest.fixture(scope="module")
 def agent_sweep():
-    from unsee.impl.experiments.bench import tau_sweep
+    from unsee.impl.experiments.bench_sweeps import tau_sweep
 
     return tau_sweep("tiny-llama", AGENT_SMALL_T, 2, 1, shape="agent")
 
 
 @pytest.mark.tiny
 def test_agent_shape_in_process_counts(agent_sweep):
-    from unsee.impl.experiments.bench import AGENT_SUFFIX
+    from unsee.impl.experiments.bench_sessions import AGENT_SUFFIX
 
     rows = {r["suffix"]: r for r in agent_sweep}
     assert sorted(rows) == [1, 4, 8, 12, 16]
@@ -206,12 +207,13 @@ def test_agent_shape_in_process_counts(agent_sweep):
 
 @pytest.mark.tiny
 def test_agent_shape_indep_sweep_is_exact_at_suffix_12():
-    from unsee.impl.experiments.bench import indep_sweep
+    from unsee.impl.experiments.bench_sweeps import indep_sweep
 
     (row,) = indep_sweep("tiny-llama", AGENT_SMALL_T, AGENT_SMALL_T - 11, [0.5], 2, 1, shape="agent")
     assert row["independent_turns"] == list(range(AGENT_SMALL_T - 5, AGENT_SMALL_T + 1))  # round(11 · 0.5) = 6
     assert row["B7"]["transitions"] == 12 and row["B5"]["transitions"] == AGENT_SMALL_T
     assert row["B7"]["bit_exact"] and row["B5'"]["bit_exact"]
+    assert row["B7-oracle"]["transitions"] == 12 and row["B7-oracle"]["replies"] == row["B7"]["replies"]
     # B7 hands the recorded replies to F as drafts: exact, and never more decoding than B5's
     assert row["B7"]["tokens_decoded"] <= row["B5"]["tokens_decoded"]
     assert 0 <= row["B7"]["replies_skipped"] <= row["B7"]["replies"] and row["B5"]["replies_skipped"] == 0
@@ -224,7 +226,7 @@ def test_agent_shape_across_processes(tmp_path):
     import subprocess
     import sys
 
-    from unsee.impl.experiments.bench import agent_session
+    from unsee.impl.experiments.bench_sessions import agent_session
 
     out, png = tmp_path / "agent.json", tmp_path / "agent.png"
     p = subprocess.run([sys.executable, "-m", "unsee.impl.cli", "bench", "cost-law", "--model", "tiny-llama",
@@ -301,7 +303,7 @@ def _forwarded(rt, op):
 
 @pytest.mark.parametrize("shape,T,reply", COUNT_SWEEPS)
 def test_b7_never_computes_more_tokens_than_b5_at_any_tau_on_tiny_llama(shape, T, reply):
-    from unsee.impl.experiments.bench import SHAPES, sweep_taus
+    from unsee.impl.experiments.bench_sessions import SHAPES, sweep_taus
 
     rows = []
     for tau in sweep_taus(shape, T):
@@ -317,7 +319,7 @@ def test_b7_never_computes_more_tokens_than_b5_at_any_tau_on_tiny_llama(shape, T
 
 @pytest.mark.parametrize("shape,T,reply", COUNT_SWEEPS)
 def test_b7_never_computes_more_tokens_than_b5_at_any_tau_on_the_reference(shape, T, reply):
-    from unsee.impl.experiments.bench import SHAPES, sweep_taus
+    from unsee.impl.experiments.bench_sessions import SHAPES, sweep_taus
     from unsee.model import run
 
     for tau in sweep_taus(shape, T):
@@ -330,7 +332,7 @@ def test_b7_never_computes_more_tokens_than_b5_at_any_tau_on_the_reference(shape
 def test_b5_prime_receipt_counts_its_prefix_hits_apart_from_what_it_computed():
     """B5′ takes prompt blocks from its prefix cache without a forward: its receipt says so
     (tokens_reused), and what it says it computed is what the engine forwarded."""
-    from unsee.impl.experiments.bench import agent_session
+    from unsee.impl.experiments.bench_sessions import agent_session
 
     live = live_session("tiny-llama", agent_session(16, None, 0.0, 4)[0], 4)
     hits = live.model.hits
@@ -345,7 +347,7 @@ def test_b5_prime_receipt_counts_its_prefix_hits_apart_from_what_it_computed():
 def test_a_rejected_draft_is_tried_only_while_drafts_have_paid():
     """With no credit, B7 decodes every reply as B5 does; with credit, a draft that is rejected
     costs its check, and the credit falls by what it cost against decoding."""
-    from unsee.impl.experiments.bench import cost_session
+    from unsee.impl.experiments.bench_sessions import cost_session
     from unsee.model.session import append
     from unsee.model.state import Meter
 
@@ -388,3 +390,52 @@ def test_every_sweep_honours_T_and_the_headline_says_what_it_compares():
         assert r["B7"]["recomputed"] == r["B7"]["tokens_prefilled"] + r["B7"]["tokens_decoded"] + r["B7"]["tokens_verified"]
     text = " ".join(x for x in cost_law_report(doc) if isinstance(x, str))
     assert "short shape, T=8, the target at τ=1 (suffix 8" in text and "Why: B5 re-runs all 8 transitions" in text
+
+
+# --- B7-oracle: the labelled comparison, outside the model ---
+
+@pytest.mark.parametrize("shape", ["short", "agent"])
+def test_b7_oracle_with_no_marking_is_algorithm_1_as_written(shape):
+    from unsee.impl.experiments.bench_sessions import SHAPES
+    from unsee.impl.experiments.oracle import oracle_replay
+    from unsee.model import run
+
+    s = run(SHAPES[shape](16, 6, 0.5, 4)[0])
+    (o, ro), (d, rd) = oracle_replay(s, ["z"], frozenset()), selective_replay(s, ["z"], drafts=False)
+    assert o == d and o.lm is s.lm and ro.method == "B7-oracle" and ro.digests == rd.digests
+    counts = ("transitions", "tokens_prefilled", "tokens_decoded", "tokens_verified", "replies", "replies_skipped")
+    assert [getattr(ro, k) for k in counts] == [getattr(rd, k) for k in counts] and ro.replies_skipped == 0
+
+
+@pytest.mark.parametrize("shape", ["short", "agent"])
+def test_b7_oracle_prefills_the_marked_turns_recorded_replies_unchecked(shape):
+    from unsee.impl.experiments.bench_sessions import SHAPES
+    from unsee.impl.experiments.oracle import oracle_replay
+    from unsee.model import run
+
+    obs, marked = SHAPES[shape](16, 6, 0.5, 4)
+    s = run(obs)
+    new, r = oracle_replay(s, ["z"], marked)
+    exact, _ = selective_replay(s, ["z"])
+    post = range(7, 17)  # the checkpoint before τ = 6 is R_5: o_6 .. o_16 are replayed
+    assert marked and set(marked) <= set(post) and r.transitions == 11
+    for t in marked:
+        assert new.states[t].outputs == s.states[t].outputs  # the recording, as it was
+    assert r.replies_skipped == sum(1 for t in marked for x in s.states[t].outputs if x)
+    assert r.tokens_decoded == sum(len(x) for t in post if t not in marked for x in new.states[t].outputs)
+    # the reference's every reply reads the whole context: forgetting z changed the marked turns'
+    # replies, so trusting the marking keeps replies F would not give
+    assert any(exact.states[t].outputs != new.states[t].outputs for t in marked) and exact != new
+
+
+def test_the_model_has_no_mode_that_trusts_a_marking():
+    """The reference transition system is the exact algorithm alone: B7-oracle lives in
+    `unsee.impl.experiments.oracle`, and no model function takes a marking or a trust flag."""
+    import inspect
+
+    from unsee.impl.engine.lm import TorchLM
+    from unsee.model import lm, session, state
+
+    for f in (session.selective_replay, session.replay_suffix, session.append, state.step, state._Turn,
+              lm.LM.decode, lm.ReferenceLM.decode, TorchLM.decode):
+        assert not {"mode", "independent", "trust"} & set(inspect.signature(f).parameters), f.__qualname__

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from unsee.impl.cli import app
 from unsee.impl.engine.runtime import KVRuntime
-from unsee.impl.experiments.bench import agent_session
+from unsee.impl.experiments.bench_sessions import agent_session
 from unsee.impl.experiments.limit import forward_limit
 from unsee.model import Config
 

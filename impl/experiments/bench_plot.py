@@ -1,0 +1,71 @@
+"""The cost law's figure, from a `cost_law` document: the τ sweep, the indep sweep and, when it
+was measured, the forget across processes."""
+
+from __future__ import annotations
+
+
+def plot(doc: dict, path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from pathlib import Path
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cross = doc.get("cross_process")
+    panels = 2 + bool(cross) - (not doc["tau_sweep"])
+    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4))
+    # ax[0] τ sweep (absent without one), ax[1] indep sweep, ax[2] across processes
+    ax = ([None] if not doc["tau_sweep"] else []) + list(axes)
+    agent = doc.get("shape", "short") == "agent"
+    sweep = sorted(doc["tau_sweep"], key=lambda r: r["suffix"] if agent else r["tau"])
+    xs = [r["suffix"] if agent else r["tau"] for r in sweep]
+    for m, style in (("B5", "s-"), ("B5'", "^-"), ("B7", "o-"), ("B7-decode", "x--")):
+        if sweep and m in sweep[0]:
+            ax[0].plot(xs, [r[m]["recomputed"] for r in sweep], style, label=m)
+    if not sweep:
+        pass
+    elif agent:
+        f = doc["fit"]
+        ax[0].plot([0, max(xs)], [f["intercept"], f["intercept"] + f["slope"] * max(xs)], ":", color="grey",
+                   label=f"B7 fit {f['slope']:.1f}·(T−τ+1){f['intercept']:+.0f}")
+        ax[0].set_xlabel("suffix T−τ+1 (turns from the target to the end)")
+    else:
+        ax[0].set_xlabel("injection step τ")
+    if sweep:
+        ax[0].set_ylabel("tokens computed (every forward)")
+        a1 = doc.get("fit_algorithm1")
+        ax[0].set_title(f"cost vs τ ({doc.get('shape', 'short')}, T={doc['T']}, {doc['model']}); "
+                        f"B7 fit R²={doc['fit']['r2']:.4f}" + (f", B7-decode R²={a1['r2']:.4f}" if a1 else ""),
+                        fontsize=9)
+        ax[0].legend(loc="best", fontsize=8, framealpha=0.6)
+    ind = [r["indep"] for r in doc["indep_sweep"]]
+    for m, style in (("B5", "s-"), ("B5'", "^-"), ("B7", "o-"), ("B7-oracle", "d--")):
+        ax[1].plot(ind, [r[m]["tokens_decoded"] for r in doc["indep_sweep"]], style, label=m)
+    ax[1].set_xlabel("indep (fraction of post-τ turns independent of z)")
+    ax[1].set_ylabel("tokens decoded")
+    ax[1].set_title(f"decode cost vs indep (T={doc['paper_shape']['T']}, τ={doc['paper_shape']['tau']})")
+    ax[1].legend(loc="best", fontsize=8, framealpha=0.6)
+    if cross:
+        import numpy as np
+
+        x = np.arange(len(cross))
+        w = 0.14
+        bars = [(m, key, f"{m} {what}") for key, what in (("seconds", "forget"), ("process_seconds", "process"))
+                for m in ("B5", "B5'", "B7")]
+        for i, (m, key, label) in enumerate(bars):
+            ax[2].bar(x + (i - 2.5) * w, [r[m][key] for r in cross], w, label=label)
+        ax[2].set_xticks(x, [str(r["indep"]) for r in cross])
+        ax[2].set_xlabel("indep")
+        ax[2].set_ylabel("seconds")
+        r0 = cross[0]
+        restored = r0["B7"].get("tokens_restored")
+        ax[2].set_title(f"fresh process, suffix {r0['suffix']}: B7 re-materializes "
+                        f"{r0['B7']['tokens_rematerialized']} tokens"
+                        + ("" if restored is None else f", restores {restored}"), fontsize=9)
+        ax[2].legend(loc="best", fontsize=8, framealpha=0.6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [str(path)]
