@@ -4,6 +4,20 @@ was measured, the forget across processes."""
 from __future__ import annotations
 
 
+def _lines(ax, xs, series) -> None:
+    """Plot (label, ys, style) series; one equal to an earlier one is named on its line
+    ("B5 = B5'") instead of drawn over it, so no line hides another."""
+    drawn: list[tuple[list, list, str]] = []  # (ys, labels, style)
+    for label, ys, style in series:
+        same = next((d for d in drawn if d[0] == ys), None)
+        if same is not None:
+            same[1].append(label)
+        else:
+            drawn.append((ys, [label], style))
+    for ys, labels, style in drawn:
+        ax.plot(xs, ys, style, label=" = ".join(labels))
+
+
 def plot(doc: dict, path) -> list[str]:
     import matplotlib
 
@@ -21,9 +35,10 @@ def plot(doc: dict, path) -> list[str]:
     agent = doc.get("shape", "short") == "agent"
     sweep = sorted(doc["tau_sweep"], key=lambda r: r["suffix"] if agent else r["tau"])
     xs = [r["suffix"] if agent else r["tau"] for r in sweep]
-    for m, style in (("B5", "s-"), ("B5'", "^-"), ("B7", "o-"), ("B7-decode", "x--")):
-        if sweep and m in sweep[0]:
-            ax[0].plot(xs, [r[m]["recomputed"] for r in sweep], style, label=m)
+    if sweep:
+        _lines(ax[0], xs, [(m, [r[m]["recomputed"] for r in sweep], style)
+                           for m, style in (("B5", "s-"), ("B5'", "^-"), ("B7", "o-"), ("B7-decode", "x--"))
+                           if m in sweep[0]])
     if not sweep:
         pass
     elif agent:
@@ -41,8 +56,8 @@ def plot(doc: dict, path) -> list[str]:
                         fontsize=9)
         ax[0].legend(loc="best", fontsize=8, framealpha=0.6)
     ind = [r["indep"] for r in doc["indep_sweep"]]
-    for m, style in (("B5", "s-"), ("B5'", "^-"), ("B7", "o-"), ("B7-oracle", "d--")):
-        ax[1].plot(ind, [r[m]["tokens_decoded"] for r in doc["indep_sweep"]], style, label=m)
+    _lines(ax[1], ind, [(m, [r[m]["tokens_decoded"] for r in doc["indep_sweep"]], style)
+                        for m, style in (("B5", "s-"), ("B5'", "^-"), ("B7", "o-"), ("B7-oracle", "d--"))])
     ax[1].set_xlabel("indep (fraction of post-τ turns independent of z)")
     ax[1].set_ylabel("tokens decoded")
     ax[1].set_title(f"decode cost vs indep (T={doc['paper_shape']['T']}, τ={doc['paper_shape']['tau']})")
