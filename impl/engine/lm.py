@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
-from unsee.impl.engine.kv import KVEngine, row_independence, tensor_digest
+from unsee.impl.engine.kv import KVEngine, tensor_digest
+from unsee.impl.engine.selftest import row_independence
 from unsee.impl.engine.pages import ROOT, PageKeys, page_layout
 from unsee.model.session import UnseeError
 from unsee.specs.traces import Begin, Commit, RebuildBegin, RebuildEnd, StepEnd

@@ -24,7 +24,8 @@ def choose_attn(model: str, dtype: str = "float32", device: str | None = None, t
     CONTEXT-token prefill plus BLOCKS forwards of BLOCK tokens after it, among those whose
     self-test holds. The losing kernel's weights are dropped from the load cache."""
     from unsee.impl.engine import models
-    from unsee.impl.engine.kv import KVEngine, selftest_key
+    from unsee.impl.engine.kv import KVEngine
+    from unsee.impl.engine.selftest import selftest_key
 
     engines = {k: KVEngine(models.load(model, dtype, device, attn=k).model, models.pick_device(device), threads)
                for k in KERNELS}
@@ -54,7 +55,7 @@ def choose_attn(model: str, dtype: str = "float32", device: str | None = None, t
 def _measure(engines) -> tuple[dict, list]:
     import torch
 
-    from unsee.impl.engine.kv import row_independence
+    from unsee.impl.engine.selftest import row_independence
 
     seconds, refused = {}, []
     for kernel, engine in engines.items():
@@ -81,7 +82,7 @@ def _measure(engines) -> tuple[dict, list]:
 def _path(key: dict):
     import hashlib
 
-    from unsee.impl.engine.kv import selftest_dir
+    from unsee.impl.engine.selftest import selftest_dir
 
     return selftest_dir() / ("attn-" + hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
                              + ".json")

@@ -11,7 +11,8 @@ from tests.kv_helpers import EPISODE, FAMILIES
 from tests.store.test_cli_store import unsee
 from tests.engine.test_kv_pages import kv_equal, snapshot_kv
 from unsee.impl.engine.runtime import KVRuntime
-from unsee.impl.engine.kv import KVEngine, row_independence
+from unsee.impl.engine.kv import KVEngine
+from unsee.impl.engine.selftest import row_independence
 from unsee.impl.engine.lm import TorchLM
 from unsee.impl.store.episode import write_episode
 from unsee.impl.engine.exact import compare

@@ -158,7 +158,7 @@ def test_a_row_buffer_is_zeroed_when_its_rows_move_or_go(bundle):
 def test_the_row_independence_result_is_kept_on_disk(bundle, tmp_path, monkeypatch):
     """A new process reads the self-test's result instead of running it again, for exactly the
     key it was computed under; a result stored under another key is never read."""
-    from unsee.impl.engine import kv as K
+    from unsee.impl.engine import selftest as K
 
     monkeypatch.setenv("UNSEE_CACHE_DIR", str(tmp_path))
     runs = []

@@ -63,7 +63,8 @@ class KVContext:
     canonical schedule, so the cache never depends on the path that led to a message list."""
 
     def __init__(self, bundle, threads: int = 1) -> None:
-        from unsee.impl.engine.kv import KVEngine, row_independence
+        from unsee.impl.engine.kv import KVEngine
+        from unsee.impl.engine.selftest import row_independence
 
         self.bundle = bundle
         self.template = bundle.template
