@@ -15,7 +15,17 @@ def _lines(ax, xs, series) -> None:
         else:
             drawn.append((ys, [label], style))
     for ys, labels, style in drawn:
-        ax.plot(xs, ys, style, label=" = ".join(labels))
+        ax.plot(xs, ys, style, label=" = ".join(labels), color=COLORS.get(labels[0]))
+
+
+COLORS = {"B5": "C0", "B5'": "C1", "B7": "C2", "B7-decode": "C3", "B7-oracle": "C4"}  # one per method, every panel
+
+
+def _legend(ax) -> None:
+    """The legend in a band above the data (the y axis extended to make room), so it hides no line."""
+    bottom, top = ax.get_ylim()
+    ax.set_ylim(bottom, bottom + (top - bottom) * 1.45)
+    ax.legend(loc="upper left", ncol=2, fontsize=8, framealpha=0.9)
 
 
 def plot(doc: dict, path) -> list[str]:
@@ -54,14 +64,14 @@ def plot(doc: dict, path) -> list[str]:
         ax[0].set_title(f"cost vs τ ({doc.get('shape', 'short')}, T={doc['T']}, {doc['model']}); "
                         f"B7 fit R²={doc['fit']['r2']:.4f}" + (f", B7-decode R²={a1['r2']:.4f}" if a1 else ""),
                         fontsize=9)
-        ax[0].legend(loc="best", fontsize=8, framealpha=0.6)
+        _legend(ax[0])
     ind = [r["indep"] for r in doc["indep_sweep"]]
     _lines(ax[1], ind, [(m, [r[m]["tokens_decoded"] for r in doc["indep_sweep"]], style)
                         for m, style in (("B5", "s-"), ("B5'", "^-"), ("B7", "o-"), ("B7-oracle", "d--"))])
     ax[1].set_xlabel("indep (fraction of post-τ turns independent of z)")
     ax[1].set_ylabel("tokens decoded")
     ax[1].set_title(f"decode cost vs indep (T={doc['paper_shape']['T']}, τ={doc['paper_shape']['tau']})")
-    ax[1].legend(loc="best", fontsize=8, framealpha=0.6)
+    _legend(ax[1])
     if cross:
         import numpy as np
 
@@ -79,7 +89,7 @@ def plot(doc: dict, path) -> list[str]:
         ax[2].set_title(f"fresh process, suffix {r0['suffix']}: B7 re-materializes "
                         f"{r0['B7']['tokens_rematerialized']} tokens"
                         + ("" if restored is None else f", restores {restored}"), fontsize=9)
-        ax[2].legend(loc="best", fontsize=8, framealpha=0.6)
+        _legend(ax[2])
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
