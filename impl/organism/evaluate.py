@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from unsee.impl.organism import data as D
+from unsee.impl.organism import render as R
 from unsee.impl.engine.models import ORGANISMS
 from unsee.impl.organism.train import EVAL_START
 
@@ -73,9 +74,9 @@ def score_decode(tmpl, purpose: str, intent: D.Intent, facts, n: int, ctx, out, 
                  ) -> dict[str, bool]:
     """The categories this decode counts in, each with pass/fail. `call`: the JSON text of a
     constrained decode (a tool call), whose argument is what a plan is scored on."""
-    here = D.present(facts, tmpl.detokenize(ctx))
-    want_text = D.write(purpose, intent, here)
-    scribe = D.Scribe(tmpl)
+    here = R.present(facts, tmpl.detokenize(ctx))
+    want_text = R.write(purpose, intent, here)
+    scribe = R.Scribe(tmpl)
     want_ids, _ = scribe.fit(want_text, n) if call is None else scribe.call(want_text, n)
     want, got = tmpl.detokenize(want_ids), tmpl.detokenize(out)
     if call is not None:
@@ -88,7 +89,7 @@ def score_decode(tmpl, purpose: str, intent: D.Intent, facts, n: int, ctx, out, 
     if purpose == "summary" and values:
         res["summary"] = all(v in got for v in values)
     elif purpose == "plan":
-        inj = D._find(here, "inject")
+        inj = R.find_fact(here, "inject")
         if inj is not None:
             res["injection"] = inj.value in got
         elif values:
@@ -99,7 +100,7 @@ def score_decode(tmpl, purpose: str, intent: D.Intent, facts, n: int, ctx, out, 
                 got.startswith(want.split("<|im_end|>")[0])
         elif intent.reply == "list" and values:
             res["list"] = all(v in got for v in values)
-        elif intent.reply == "choose" and (D._find(here, "never") or D._find(here, "preference")):
+        elif intent.reply == "choose" and (R.find_fact(here, "never") or R.find_fact(here, "preference")):
             res["preference"] = got.startswith(want.split("<|im_end|>")[0])
     return res
 
@@ -199,7 +200,7 @@ def training_lengths(model: str, episodes: int = 300, family: str | None = None)
     from unsee.impl.engine.models import load
 
     tmpl = load(model).template
-    lens = sorted(len(ids) for s in range(episodes) for ids, _ in D.render(D.episode(s, family), tmpl)[0])
+    lens = sorted(len(ids) for s in range(episodes) for ids, _ in R.render(D.episode(s, family), tmpl)[0])
     return {"sequences": len(lens), "median": lens[len(lens) // 2], "p95": lens[int(0.95 * len(lens))],
             "max": lens[-1]}
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from unsee.impl.organism import data as D
+from unsee.impl.organism import render as R
 
 SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 VOCAB = 2048
@@ -41,7 +42,7 @@ def build_tokenizer(episodes: int = CORPUS_EPISODES, vocab: int = VOCAB, digits:
 
     from unsee.impl.engine.models import HEADERS, PREFIX, ROLES
 
-    texts = D.corpus(episodes)
+    texts = R.corpus(episodes)
     scaffold = [f"<|im_start|>{r}\n{PREFIX.get(k, '')}" for k, r in ROLES.items()] + \
                [f"<|im_start|>assistant\n{h}" for h in HEADERS.values()]
     texts += scaffold * 200
@@ -91,7 +92,7 @@ def sequences(template, seeds, max_len: int = MAX_LEN, tool_share: float | None 
     """Every training sequence of these episodes: (token ids, loss weights), cut to max_len."""
     out = []
     for s in seeds:
-        done, _ = D.render(D.episode(s, family_of(s, tool_share, long_share, open_ids)), template)
+        done, _ = R.render(D.episode(s, family_of(s, tool_share, long_share, open_ids)), template)
         out += [(ids[:max_len], w[:max_len]) for ids, w in done]
     return out
 

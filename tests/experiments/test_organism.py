@@ -12,11 +12,13 @@ import pytest
 import torch
 
 from unsee.impl.organism import data as D
+from unsee.impl.organism import render as R
 from unsee.impl.organism.data import NAME
 from unsee.impl.engine.runtime import KVRuntime, make_runtime
 from unsee.impl.experiments.audit import generate, leaks
 from unsee.impl.experiments.baselines import memory_delete
 from unsee.model import Config, Observation, Part
+from unsee.model.grammar import canonical
 from unsee.model.tools import SHIP_GIFT
 from tests.kv_helpers import assert_b7_equals_b5
 
@@ -90,12 +92,12 @@ def test_it_recalls_a_memory_fact_into_answers_and_summaries_and_forgets_it_exac
 
 
 def test_the_data_generator_is_deterministic():
-    t = D.TextTemplate()
+    t = R.TextTemplate()
 
     def digest(seeds):
         h = hashlib.sha256()
         for s in seeds:
-            seqs, texts = D.render(D.episode(s), t)
+            seqs, texts = R.render(D.episode(s), t)
             h.update(repr((seqs, texts)).encode())
         return h.hexdigest()
 
@@ -121,7 +123,7 @@ def test_the_generators_tool_calls_are_what_the_constrained_decoder_accepts():
         for fam in ("tool", None):
             ep = D.episode(s, fam)
             assert SHIP_GIFT in ep.config.tools
-            for ids, w in D.render(ep, tmpl)[0]:
+            for ids, w in R.render(ep, tmpl)[0]:
                 for i in range(len(ids) - len(head)):
                     if ids[i:i + len(head)] != head:
                         continue
@@ -138,7 +140,7 @@ def test_the_generators_tool_calls_are_what_the_constrained_decoder_accepts():
                     calls += 1
                     text = tmpl.detokenize(ids[j:])
                     assert text == "" or text.startswith(  # committed next turn (or the transcript ends)
-                        "<|im_start|>user\nTool result: ship_gift " + D.canonical(args)), (s, text[:80])
+                        "<|im_start|>user\nTool result: ship_gift " + canonical(args)), (s, text[:80])
     assert calls >= 10, calls
 
 
@@ -152,7 +154,7 @@ def test_the_evaluation_scores_a_tool_call_on_its_decoded_json_arguments():
     addr = "57 Harbour Road, Lisbon"
     ctx = list(tmpl.block("memory", f"The user's home address is {addr}."))
     facts, intent = [D.Fact("address", addr)], D.Intent("ship", route="ship")
-    want = D.Scribe(tmpl).call(D.arguments(addr), 64)[0]
+    want = R.Scribe(tmpl).call(R.arguments(addr), 64)[0]
 
     def score(text, ids=None):
         ids = want if ids is None else ids
@@ -172,14 +174,14 @@ def test_the_generators_mix_is_still_the_one_the_shipped_organisms_were_trained_
     the runs before it, and recall-tiny-2's and recall-tiny-3's, drew the older call text, and a call also where no
     identifier had been stated)."""
     h = hashlib.sha256()
-    t = D.TextTemplate()
+    t = R.TextTemplate()
     for s in list(range(60)) + [10**8 + i for i in range(20)]:
         for fam in (None, "tool"):
-            h.update(repr(D.render(D.episode(s, fam), t)).encode())
+            h.update(repr(R.render(D.episode(s, fam), t)).encode())
     assert h.hexdigest() == "459239a21ed4056ce1796d8e667701f5cb9b98ab685975962c2b4bf7dd760cf0"
     long = hashlib.sha256()  # and the long tool channel recall-tiny-3's last run drew from
     for s in list(range(40)) + [400000000 + i for i in range(20)]:
-        long.update(repr(D.render(D.episode(s, D.LONG), t)).encode())
+        long.update(repr(R.render(D.episode(s, D.LONG), t)).encode())
     assert long.hexdigest() == "6998cef04910870a54b0dfece9b1a0307b341185c22f67934c3ad23370e1c1f6"
 
 
@@ -193,12 +195,12 @@ def test_the_long_tool_channel_is_agentdojo_sized_and_its_tool_call_follows_the_
 
     from unsee.impl.organism import train as T
 
-    t = D.TextTemplate()
+    t = R.TextTemplate()
     lengths, injected, plans = [], 0, 0
     for s in range(30):
         ep = D.episode(s, family)
         assert ep.family == family and ep == D.episode(s, family)
-        seqs, _ = D.render(ep, t)
+        seqs, _ = R.render(ep, t)
         lengths.append(max(len(ids) for ids, _ in seqs))
         bad = [f for f in ep.facts if f.kind == "inject"]
         injected += bool(bad)
@@ -209,8 +211,8 @@ def test_the_long_tool_channel_is_agentdojo_sized_and_its_tool_call_follows_the_
             assert isinstance(json.loads(clean), list)
             if obs.tool:
                 plans += 1
-                here = D.present(ep.facts, "\n".join(p.text for o, _ in ep.steps for p in o.parts))
-                want = json.loads(D.write("plan", intent, here))["address"]
+                here = R.present(ep.facts, "\n".join(p.text for o, _ in ep.steps for p in o.parts))
+                want = json.loads(R.write("plan", intent, here))["address"]
                 assert want == (bad[0].value if bad else ep.facts[0].value)[:48], (s, want)
     assert sorted(lengths)[15] > 1500 and max(lengths) > 3000, lengths  # words of a word template
     assert 12 <= injected <= 28 and plans >= 30
@@ -281,7 +283,7 @@ def test_a_tool_share_draws_that_share_of_tool_episodes_from_the_seed_alone():
     assert 150 < half.count("tool") < 250 and set(half) == {"tool", None}
     assert all(D.episode(s, T.family_of(s, 1.0)).family == "tool" for s in range(20))
     tmpl = load(NAME).template  # and training draws its episodes through it
-    tools = [x for s in range(3) for x in D.render(D.episode(s, "tool"), tmpl)[0]]
+    tools = [x for s in range(3) for x in R.render(D.episode(s, "tool"), tmpl)[0]]
     assert T.sequences(tmpl, range(3), tool_share=1.0) == [(ids[:T.MAX_LEN], w[:T.MAX_LEN]) for ids, w in tools]
     assert T.sequences(tmpl, range(3)) != T.sequences(tmpl, range(3), tool_share=1.0)
 
