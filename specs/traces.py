@@ -65,11 +65,13 @@ class Begin:
 @dataclass(frozen=True)
 class Forward:
     """One forward of the model over `n` tokens at positions [start, start + n).
-    kind: "prefill" (a block as one forward) or "decode" (one token fed back)."""
+    kind: "prefill" (a block as one forward) or "decode" (one token fed back); logits: whether
+    it computed the logits of its rows (a prompt block's are never read)."""
 
     kind: str
     start: int
     n: int
+    logits: bool = True
 
 
 @dataclass(frozen=True)

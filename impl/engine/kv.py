@@ -103,12 +103,17 @@ class KVEngine:
         return self.cache.get_seq_length()
 
     @torch.inference_mode()
-    def _forward(self, ids: list[int], kind: str = "prefill") -> None:
+    def _forward(self, ids: list[int], kind: str = "prefill", logits: bool = True) -> None:
+        """One forward; logits=False: a block whose logits nobody reads (a prompt block before a
+        header, a rebuilt block), so the output layer runs on one row instead of every row and
+        `logits` is left unset. The K/V rows are the same bits either way: the output layer
+        reads the last hidden states, it writes no cache."""
         if self.recorder is not None:
-            self.recorder.append(Forward(kind, len(self), len(ids)))
+            self.recorder.append(Forward(kind, len(self), len(ids), logits))
         input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)  # [1, S]
-        out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True)
-        self.logits = out.logits[0, -1].float()  # [V]
+        keep = {} if logits else {"logits_to_keep": 1}
+        out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True, **keep)
+        self.logits = out.logits[0, -1].float() if logits else None  # [V]
         self.forwards += 1
 
     def reset(self) -> None:
@@ -118,11 +123,11 @@ class KVEngine:
         self.cache = new_cache()
         self.logits = None
 
-    def prefill(self, ids) -> None:
-        """One block as one forward."""
+    def prefill(self, ids, logits: bool = True) -> None:
+        """One block as one forward (logits=False: no logits kept, see `_forward`)."""
         ids = list(ids)
         if ids:
-            self._forward(ids)
+            self._forward(ids, logits=logits)
             self.tokens_prefilled += len(ids)
 
     @staticmethod

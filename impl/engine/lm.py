@@ -123,8 +123,8 @@ class TorchLM:
             # a whole block inside the resident prefix: reuse its rows (same schedule, same bits)
             self.engine.append_rows(reuse[1], b + n, b + n + len(tokens))
             self.hits += len(tokens)
-        else:
-            self.engine.prefill(tokens)
+        else:  # a prompt block's logits are never read: a header follows before any choice
+            self.engine.prefill(tokens, logits=logits)
         self.ctx += tokens
         return self._ref()
 
@@ -205,8 +205,8 @@ class TorchLM:
             self.engine.append_pages(pages)
         computed = 0
         for b in blocks[keep + len(pages):]:  # the canonical schedule: header, then the reply, one prefill each
-            self.engine.prefill(tokens[b.start:b.start + b.prefill])
-            self.engine.prefill(tokens[b.start + b.prefill:b.end])
+            self.engine.prefill(tokens[b.start:b.start + b.prefill], logits=False)  # only the K/V rows are read
+            self.engine.prefill(tokens[b.start + b.prefill:b.end], logits=False)
             computed += b.end - b.start
         self.ctx = tokens
         self.chain = list(zip(blocks, keys))

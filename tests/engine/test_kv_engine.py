@@ -183,3 +183,30 @@ def test_the_row_independence_result_is_kept_on_disk(bundle, tmp_path, monkeypat
     monkeypatch.setattr(K, "_ROWS_CHECKED", {})
     assert K.row_independence(e)[0] and len(runs) == 2  # unreadable: run again and rewritten
     assert K.read_selftest(key) is True
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("model", ["tiny-llama", "tiny-qwen2", "tiny-mistral"])
+def test_prompt_blocks_without_logits_give_the_same_bits(model, dtype, attn, monkeypatch):
+    """A prompt block's logits are never read (a header follows), so its forward runs the output
+    layer on one row: against the old path (logits of every row), the same replies, the same
+    K/V bytes (torch.equal) after a session with tool calls, a forget and a rebuild."""
+    from unsee.impl.engine.runtime import KVRuntime
+    from unsee.impl.experiments.bench_sessions import agent_session
+    from unsee.model import Config
+
+    def session():
+        rt = KVRuntime(model, Config(summary_tokens=4), dtype=dtype, attn=attn)
+        for o in agent_session(14, None, 0.0, 4)[0]:
+            rt.step(o)
+        rt.forget(["z"])
+        kv, _ = rt.model.rebuild(rt.session.state.tokens, rt.session.state.blocks)  # no page: every block computed
+        return rt.session.state.outputs, [t.clone() for pair in rt.engine.kv_tensors() for t in pair]
+
+    new = session()
+    old_prefill = KVEngine.prefill
+    monkeypatch.setattr(KVEngine, "prefill", lambda self, ids, logits=True: old_prefill(self, ids, True))
+    old = session()
+    assert new[0] == old[0]
+    assert len(new[1]) == len(old[1]) and all(torch.equal(x, y) for x, y in zip(new[1], old[1]))
