@@ -328,9 +328,10 @@ def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observa
                                      "restores its checkpoint by reading them; none: re-materialize instead."),
         attn: Attn = typer.Option(Attn.auto, help="Attention kernel (part of the state: every later forget runs "
                                   "under it). auto: of eager and sdpa, those whose premise self-test holds here, the "
-                                  "faster on a long prefill, measured now."),
-        dtype: Dtype = typer.Option(Dtype.float32, help="Weights and cache dtype (bfloat16: about half the time of "
-                                    "each forward, other numerics than float32: another model's replies)."),
+                                  "faster on a long block and short forwards after it, measured once per model and "
+                                  "machine."),
+        dtype: Dtype = typer.Option(Dtype.float32, help="Weights and cache dtype (bfloat16: other numerics than "
+                                    "float32, so other replies; faster only where the CPU has bfloat16 kernels)."),
         threads: int = typer.Option(1, min=1, help="CPU threads of every forward (part of the state, like the "
                                     "kernel: more threads split the reductions differently).")) -> None:
     """Run a session from an episode file and store it."""
@@ -341,6 +342,8 @@ def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observa
     try:
         stream, tools = parse_episode(episode, max_new_tokens)  # every line is checked before anything is written
         settings, why = {}, None
+        if db.exists():  # before the measurement and the model loads it would waste
+            raise ValueError(f"{db} already exists; pick a new path (a session store is never overwritten)")
         if model != "reference":
             settings = {"dtype": dtype.value, "threads": threads, "attn": attn.value}
             if attn is Attn.auto:
@@ -744,6 +747,9 @@ def bench_forget(model: list[str] = typer.Option(["tiny-llama"], help="Model nam
     from unsee.impl.experiments.limit import METHODS, plot_side_by_side, side_by_side, side_by_side_report
     from unsee.impl.experiments.reports import Tab, report_markdown, rich_table
 
+    if "reference" in model:
+        _fail(ValueError("bench forget times a real model's forwards; the reference model has none (use "
+                         "`bench store` for it)"))
     if T < AGENT_SUFFIX + 1 or repeats < 1:
         _fail(ValueError(f"--T must be >= {AGENT_SUFFIX + 1} (a system prompt and {AGENT_SUFFIX} turns) and "
                          "--repeats >= 1"))

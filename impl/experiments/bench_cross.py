@@ -74,7 +74,7 @@ def cross_process(model: str, T: int, tau: int, indeps, reply: int, repeats: int
                           "replies": r.get("replies"), "replies_skipped": r.get("replies_skipped"),
                           "transitions": r["transitions"], "tokens_prefilled": r["tokens_prefilled"],
                           "tokens_decoded": r["tokens_decoded"], "tokens_rematerialized": r["tokens_rematerialized"],
-                          "tokens_verified": r.get("tokens_verified", 0),
+                          "tokens_verified": r.get("tokens_verified", 0), "tokens_reused": r.get("tokens_reused", 0),
                           "recomputed": r["tokens_prefilled"] + r["tokens_decoded"] + r.get("tokens_verified", 0)
                           + r["tokens_rematerialized"],
                           "tau": r["tau"], "T": r["T"], "checkpoint": r["checkpoint"]}

@@ -79,8 +79,9 @@ def plot(doc: dict, path) -> list[str]:
         w = 0.14
         bars = [(m, key, f"{m} {what}") for key, what in (("seconds", "forget"), ("process_seconds", "process"))
                 for m in ("B5", "B5'", "B7")]
-        for i, (m, key, label) in enumerate(bars):
-            ax[2].bar(x + (i - 2.5) * w, [r[m][key] for r in cross], w, label=label)
+        for i, (m, key, label) in enumerate(bars):  # a method's colour; its whole process hatched
+            ax[2].bar(x + (i - 2.5) * w, [r[m][key] for r in cross], w, label=label, color=COLORS[m],
+                      hatch="//" if key == "process_seconds" else None, edgecolor="white")
         ax[2].set_xticks(x, [str(r["indep"]) for r in cross])
         ax[2].set_xlabel("indep")
         ax[2].set_ylabel("seconds")

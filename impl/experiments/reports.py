@@ -298,13 +298,14 @@ def cross_process_report(doc: dict) -> list:
     r0 = rows[0]
     t = Tab(f"across processes (agent shape, T={r0['T']}, τ={r0['tau']}, suffix {r0['suffix']}): `unsee forget` in "
             "a fresh process, no cache resident; tokens from the receipts (remat. = re-materialized)",
-            ("indep", "method", "transitions", "prefilled", "decoded", "skipped", "remat.", "restored"))
+            ("indep", "method", "transitions", "prefilled", "decoded", "verified", "skipped", "remat.", "restored",
+             "reused"))
     for r in rows:
         for m in ("B5", "B5'", "B7"):
             d = r[m]
             t.add(str(r["indep"]), m, str(d["transitions"]), str(d["tokens_prefilled"]), str(d["tokens_decoded"]),
-                  f"{fmt(d.get('replies_skipped'))}/{fmt(d.get('replies'))}", str(d["tokens_rematerialized"]),
-                  fmt(d.get("tokens_restored")))
+                  fmt(d.get("tokens_verified")), f"{fmt(d.get('replies_skipped'))}/{fmt(d.get('replies'))}",
+                  str(d["tokens_rematerialized"]), fmt(d.get("tokens_restored")), fmt(d.get("tokens_reused")))
     each = ", ".join(f"indep {r['indep']}: {'yes' if r['digests_equal'] else 'NO'}" for r in rows)
     secs = Tab("across processes: seconds (median of repeats)",
                ("indep", "method", "load", "forget", "save", "whole process"))

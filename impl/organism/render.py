@@ -3,7 +3,7 @@ runtime's own transition.
 
 `write` gives the text a competent agent would write for an intent and the facts in its
 context (answers, summaries, a tool call's canonical JSON arguments). `Scribe` is the `lm`
-that `unsee.model.state.step` runs with while rendering an episode (`unsee.impl.organism.data`):
+that `unsee.model.state.step` runs with while rendering an episode of `unsee.impl.organism.data`:
 the scaffold prefills every block and header with the chat template, and each time it asks
 the model to decode n tokens the Scribe writes the intended text, so a training sequence is
 token for token a context the runtime builds. `TextTemplate` is the layout over characters

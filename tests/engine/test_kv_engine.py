@@ -201,7 +201,10 @@ def test_prompt_blocks_without_logits_give_the_same_bits(model, dtype, attn, mon
         for o in agent_session(14, None, 0.0, 4)[0]:
             rt.step(o)
         rt.forget(["z"])
-        kv, _ = rt.model.rebuild(rt.session.state.tokens, rt.session.state.blocks)  # no page: every block computed
+        rt.model.chain, rt.model.pages, rt.model.kv_pages = [], {}, False  # nothing to keep or read back
+        state = rt.session.state
+        kv, computed = rt.model.rebuild(state.tokens, state.blocks)
+        assert computed == len(state.tokens)  # every block recomputed, through the rebuild's prefills
         return rt.session.state.outputs, [t.clone() for pair in rt.engine.kv_tensors() for t in pair]
 
     new = session()

@@ -301,6 +301,7 @@ def _forwarded(rt, op):
     return r, e.tokens_prefilled + e.tokens_decoded - before
 
 
+@pytest.mark.tiny  # a real transformer (torch)
 @pytest.mark.parametrize("shape,T,reply", COUNT_SWEEPS)
 def test_b7_never_computes_more_tokens_than_b5_at_any_tau_on_tiny_llama(shape, T, reply):
     from unsee.impl.experiments.bench_sessions import SHAPES, sweep_taus
@@ -329,6 +330,7 @@ def test_b7_never_computes_more_tokens_than_b5_at_any_tau_on_the_reference(shape
         assert r5.tokens_decoded > 0 and r7.tokens_decoded + r7.tokens_verified > 0 or tau == T
 
 
+@pytest.mark.tiny  # a real transformer (torch)
 def test_b5_prime_receipt_counts_its_prefix_hits_apart_from_what_it_computed():
     """B5′ takes prompt blocks from its prefix cache without a forward: its receipt says so
     (tokens_reused), and what it says it computed is what the engine forwarded."""
@@ -344,6 +346,7 @@ def test_b5_prime_receipt_counts_its_prefix_hits_apart_from_what_it_computed():
     assert r5.tokens_reused == 0 and live.model.hits == hits  # branches count their own hits
 
 
+@pytest.mark.tiny  # a real transformer (torch)
 def test_a_rejected_draft_is_tried_only_while_drafts_have_paid():
     """With no credit, B7 decodes every reply as B5 does; with credit, a draft that is rejected
     costs its check, and the credit falls by what it cost against decoding."""
@@ -377,6 +380,7 @@ def replace_last(rt, s):
     return replace(s, observations=s.observations[:-1], states=s.states[:-1][:-1] + (replace(prior, kv=kv),))
 
 
+@pytest.mark.tiny  # a real transformer (torch)
 def test_every_sweep_honours_T_and_the_headline_says_what_it_compares():
     from unsee.impl.experiments.bench import cost_law
     from unsee.impl.experiments.reports import cost_law_report
@@ -428,6 +432,7 @@ def test_b7_oracle_prefills_the_marked_turns_recorded_replies_unchecked(shape):
     assert any(exact.states[t].outputs != new.states[t].outputs for t in marked) and exact != new
 
 
+@pytest.mark.tiny  # a real transformer (torch)
 def test_the_model_has_no_mode_that_trusts_a_marking():
     """The reference transition system is the exact algorithm alone: B7-oracle lives in
     `unsee.impl.experiments.oracle`, and no model function takes a marking or a trust flag."""

@@ -48,14 +48,29 @@ def test_a_store_run_under_sdpa_is_forgotten_and_checked_under_sdpa(tmp_path):
         store.close()
 
 
-def test_run_chooses_the_kernel_by_measurement_and_says_so(tmp_path):
+def test_run_chooses_the_kernel_by_measurement_and_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("UNSEE_CACHE_DIR", str(tmp_path / "cache"))  # measured here, not read from the user's cache
     db = tmp_path / "s.db"
     res = CliRunner().invoke(app, ["run", str(EPISODE), "--db", str(db), "--model", "tiny-llama"])
     assert res.exit_code == 0, res.output
     chosen = _identity(db)["attn"]
     text = " ".join(res.output.split())
     assert chosen in ("eager", "sdpa") and f"{chosen} attention" in text
-    assert "attention: auto: the faster kernel here on a 768-token prefill and 4 8-token forwards after it (eager" in text
+    assert "attention: auto: the faster kernel here on a 768-token block and 4 8-token forwards after it (eager" in text
+    assert "measured now" in text and list((tmp_path / "cache" / "selftest").glob("attn-*.json"))
+    res = CliRunner().invoke(app, ["run", str(EPISODE), "--db", str(tmp_path / "t.db"), "--model", "tiny-llama"])
+    assert "measured earlier on this machine" in " ".join(res.output.split())  # once per model and machine
+    assert _identity(tmp_path / "t.db")["attn"] == chosen
+
+
+def test_run_refuses_an_existing_store_before_it_measures_anything(tmp_path, monkeypatch):
+    import unsee.impl.engine.settings as settings
+
+    db = tmp_path / "s.db"
+    db.write_bytes(b"not yours")
+    monkeypatch.setattr(settings, "choose_attn", lambda *a, **k: pytest.fail("measured before the path was checked"))
+    res = CliRunner().invoke(app, ["run", str(EPISODE), "--db", str(db), "--model", "tiny-llama"])
+    assert res.exit_code == 2 and "already exists" in res.output and db.read_bytes() == b"not yours"
 
 
 def test_run_refuses_settings_that_do_not_exist(tmp_path):
