@@ -341,16 +341,7 @@ def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observa
 
     try:
         stream, tools = parse_episode(episode, max_new_tokens)  # every line is checked before anything is written
-        settings, why = {}, None
-        if db.exists():  # before the measurement and the model loads it would waste
-            raise ValueError(f"{db} already exists; pick a new path (a session store is never overwritten)")
-        if model != "reference":
-            settings = {"dtype": dtype.value, "threads": threads, "attn": attn.value}
-            if attn is Attn.auto:
-                from unsee.impl.engine.settings import choose_attn
-
-                with console.status(f"choosing the attention kernel for {model} on this machine"):
-                    settings["attn"], why = choose_attn(model, dtype.value, threads=threads)
+        settings = {} if model == "reference" else {"dtype": dtype.value, "threads": threads, "attn": attn.value}
         with _progress() as p:
             task = p.add_task(f"run {episode.name} on {model}", total=len(stream))
             agent = Agent.create(db, model, Config(sampling=seed is not None, seed=seed, tools=tools), policy.value,
@@ -367,8 +358,8 @@ def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observa
         if "weights_sha256" in identity:
             out.print(f"settings: {identity['dtype']}, {identity['attn']} attention, {identity['threads']} thread(s) "
                       f"on {identity['device']} (every later forget and check runs under these)")
-            if why:
-                out.print(f"attention: {why}")
+            if agent.settings_note:
+                out.print(f"attention: {agent.settings_note}")
         if n_pages:
             out.print(f"K/V pages: {n_pages} blocks, {page_tokens} tokens, {page_bytes / 1e6:.1f} MB "
                       f"({page_bytes / page_tokens / 1e3:.1f} KB per token); capture "

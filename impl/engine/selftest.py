@@ -112,29 +112,41 @@ def selftest_key(engine: KVEngine, impl: str) -> dict:
             "cpu": cpu_flags()}
 
 
-def _selftest_path(key: dict) -> Path:
-    return selftest_dir() / (hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32] + ".json")
+def _result_path(key: dict, prefix: str = "") -> Path:
+    return selftest_dir() / (prefix + hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
+                             + ".json")
 
 
-def read_selftest(key: dict) -> bool | None:
-    """A stored result for exactly this key, or None (none, unreadable, or another key)."""
+def read_result(key: dict, prefix: str = "") -> dict | None:
+    """A measurement stored for exactly this key (its fields), or None (none, unreadable, or
+    another key). `prefix` names the kind of measurement in the file name."""
     try:
-        doc = json.loads(_selftest_path(key).read_text())
+        doc = json.loads(_result_path(key, prefix).read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(doc, dict) or doc.get("key") != key or not isinstance(doc.get("holds"), bool):
+    if not isinstance(doc, dict) or doc.get("key") != key:
         return None
-    return doc["holds"]
+    return doc
 
 
-def write_selftest(key: dict, holds: bool) -> None:
-    """Store a result (atomically: readers see a whole file or none); a cache that cannot be
-    written only costs the next process the test."""
-    path = _selftest_path(key)
+def write_result(key: dict, fields: dict, prefix: str = "") -> None:
+    """Store a measurement (atomically: readers see a whole file or none); a cache that cannot
+    be written only costs the next process the measurement."""
+    path = _result_path(key, prefix)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"key": key, "holds": holds}, sort_keys=True))
+        tmp.write_text(json.dumps({"key": key, **fields}, sort_keys=True))
         os.replace(tmp, path)
     except OSError:
         pass
+
+
+def read_selftest(key: dict) -> bool | None:
+    """A stored self-test result for exactly this key, or None."""
+    doc = read_result(key)
+    return doc["holds"] if doc is not None and isinstance(doc.get("holds"), bool) else None
+
+
+def write_selftest(key: dict, holds: bool) -> None:
+    write_result(key, {"holds": holds})

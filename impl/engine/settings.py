@@ -10,8 +10,6 @@ versions, CPU flags), so it is taken once per model and machine.
 
 from __future__ import annotations
 
-import json
-import os
 import time
 
 KERNELS = ("eager", "sdpa")
@@ -27,16 +25,19 @@ def choose_attn(model: str, dtype: str = "float32", device: str | None = None, t
     kernel's weights are dropped from the load cache."""
     from unsee.impl.engine import models
     from unsee.impl.engine.kv import KVEngine
-    from unsee.impl.engine.selftest import selftest_key
+    from unsee.impl.engine.selftest import read_result, selftest_key, write_result
 
     engines = {k: KVEngine(models.load(model, dtype, device, attn=k).model, models.pick_device(device), threads)
                for k in KERNELS}
     key = {"probe": [VERSION, CONTEXT, BLOCK, BLOCKS],
            **{k: selftest_key(e, k) for k, e in engines.items()}}
-    cached = _read(key)
-    seconds, refused = cached if cached is not None else _measure(engines)
-    if cached is None:
-        _write(key, seconds, refused)
+    cached = read_result(key, prefix="attn-")
+    if cached is not None and isinstance(cached.get("seconds"), dict) and isinstance(cached.get("refused"), list):
+        seconds, refused = cached["seconds"], cached["refused"]
+    else:
+        cached = None
+        seconds, refused = _measure(engines)
+        write_result(key, {"seconds": seconds, "refused": refused}, prefix="attn-")
     for e in engines.values():
         e.release()
     if not seconds:
@@ -85,35 +86,3 @@ def _measure(engines) -> tuple[dict, list]:
     for engine in engines.values():
         engine.reset()
     return seconds, refused
-
-
-def _path(key: dict):
-    import hashlib
-
-    from unsee.impl.engine.selftest import selftest_dir
-
-    return selftest_dir() / ("attn-" + hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
-                             + ".json")
-
-
-def _read(key: dict):
-    try:
-        doc = json.loads(_path(key).read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(doc, dict) or doc.get("key") != key:
-        return None
-    return doc["seconds"], doc["refused"]
-
-
-def _write(key: dict, seconds: dict, refused: list) -> None:
-    """Atomically, like the self-test's results; a cache that cannot be written costs the next
-    new store the measurement."""
-    path = _path(key)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"key": key, "seconds": seconds, "refused": refused}, sort_keys=True))
-        os.replace(tmp, path)
-    except OSError:
-        pass

@@ -18,18 +18,25 @@ from unsee.impl.experiments.bench_sessions import agent_session, live_session
 CROSS_METHODS = ("B5", "B5'", "B7")  # what `unsee forget` accepts
 
 
-def forget_in_new_process(db: Path, method: str, receipt: Path, source: str = "z", timeout: float = 3600) -> dict:
-    """`unsee forget` on a stored session in a fresh interpreter: nothing is resident, so B7
-    reads R_{τ−1} back from the stored K/V pages (B5′ reads R_T, its prefix cache). Returns the
-    receipt and the process's wall time (interpreter start, imports and model load included)."""
-    cmd = [sys.executable, "-m", "unsee.impl.cli", "forget", "--db", str(db), "--source", source,
-           "--method", method, "--json", str(receipt)]
+def run_process(args: list[str], out: Path, timeout: float = 3600) -> tuple[dict, float]:
+    """`python -m args…` in a fresh interpreter, which writes a JSON document to `out`: the
+    document and the process's wall time (interpreter start, imports and model load included)."""
+    cmd = [sys.executable, "-m", *args]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - t0
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
-    return {"receipt": json.loads(receipt.read_text()), "process_seconds": wall}
+    return json.loads(out.read_text()), wall
+
+
+def forget_in_new_process(db: Path, method: str, receipt: Path, source: str = "z", timeout: float = 3600) -> dict:
+    """`unsee forget` on a stored session in a fresh interpreter: nothing is resident, so B7
+    reads R_{τ−1} back from the stored K/V pages (B5′ reads R_T, its prefix cache). Returns the
+    receipt and the process's wall time."""
+    doc, wall = run_process(["unsee.impl.cli", "forget", "--db", str(db), "--source", source, "--method", method,
+                             "--json", str(receipt)], receipt, timeout)
+    return {"receipt": doc, "process_seconds": wall}
 
 
 def _median_or_none(xs):

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -107,13 +106,9 @@ def forget_and_limit(db: Path, method: str, source: str = "z") -> dict:
 def forget_in_process(db: Path, method: str, receipt: Path, timeout: float = 3600) -> dict:
     """`forget_and_limit` in a fresh interpreter (nothing resident: B7 reads R_c back from the
     stored K/V pages, B5′ reads R_T). Returns its document and the process's wall time."""
-    cmd = [sys.executable, "-m", "unsee.impl.experiments.limit", str(db), method, str(receipt)]
-    t0 = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    wall = time.perf_counter() - t0
-    if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
-    doc = json.loads(receipt.read_text())
+    from unsee.impl.experiments.bench_cross import run_process
+
+    doc, wall = run_process(["unsee.impl.experiments.limit", str(db), method, str(receipt)], receipt, timeout)
     # the process as `unsee forget` would run it: its wall time less the limit's measurement
     doc["process_seconds"] = round(wall - ((doc.get("limit") or {}).get("wall_seconds") or 0.0), 4)
     return doc
@@ -127,10 +122,8 @@ def side_by_side(model: str, T: int, repeats: int = 3, reply: int = 8, attn: str
     (B5, B5′, B7, B5, ...) so that a slow spell of the machine falls on every method. Each run
     also measures the limit of its own forwards. `attn`: the kernel the session is run and
     stored under (every forget then runs under it). on_step(label) after each stage."""
-    from unsee.impl.engine.runtime import KVRuntime
-    from unsee.impl.experiments.bench_sessions import AGENT_SYSTEM, agent_session, load_template
+    from unsee.impl.experiments.bench_sessions import AGENT_SYSTEM, agent_session, live_session, load_template
     from unsee.impl.store.sqlite import Store
-    from unsee.model.state import Config
 
     obs, _ = agent_session(T, None, 0.0, reply)
     runs: dict[str, list[dict]] = {m: [] for m in METHODS}
@@ -138,9 +131,7 @@ def side_by_side(model: str, T: int, repeats: int = 3, reply: int = 8, attn: str
         stored = Path(tmp) / "stored"
         stored.mkdir()
         t0 = time.perf_counter()
-        live = KVRuntime(model, Config(summary_tokens=reply), attn=attn)
-        for o in obs:
-            live.step(o)
+        live = live_session(model, obs, reply, attn)
         run_seconds = time.perf_counter() - t0
         store = Store(stored / "session.db", create=True)
         store.save(live.session, model, dict(live.digest()))

@@ -213,19 +213,28 @@ class Agent:
         self.store = store
         self.runtime = runtime
         self.root = store.root()  # the store this runtime holds; another writer moves it
+        self.settings_note: str | None = None  # how `create` chose the attention kernel, if it did
 
     @classmethod
     def create(cls, path, model: str = "tiny-llama", config: Config = Config(), policy: str = "every",
                kv_pages: bool = True, observations=(), on_step=None, **kw) -> "Agent":
         """A new store at `path` (claimed atomically: an existing path is refused before the model
         loads) holding a new session; `observations`: steps to run first, persisted together in
-        one save (`unsee run`), on_step() after each. If anything fails, the path is given back."""
+        one save (`unsee run`), on_step() after each. If anything fails, the path is given back.
+        attn="auto": the kernel is chosen by measurement (`unsee.impl.engine.settings`) once the
+        path is claimed; the agent's `settings_note` says which and why."""
         from pathlib import Path
 
         from unsee.impl.store.sqlite import Store
 
-        store = Store(path, create=True)  # refuses an existing path
+        store = Store(path, create=True)  # refuses an existing path, before anything is loaded
+        note = None
         try:
+            if kw.get("attn") == "auto":
+                from unsee.impl.engine import settings
+
+                kw["attn"], note = settings.choose_attn(model, kw.get("dtype", "float32"), kw.get("device"),
+                                                        kw.get("threads", 1))
             rt = make_runtime(model, config, policy, kv_pages=kv_pages, **kw)
             for obs in observations:
                 rt.step(obs)
@@ -237,7 +246,9 @@ class Agent:
             for suffix in ("", "-journal", ".lock"):  # the path was claimed by this call: give it back
                 Path(str(path) + suffix).unlink(missing_ok=True)
             raise
-        return cls(store, rt)
+        agent = cls(store, rt)
+        agent.settings_note = note
+        return agent
 
     @classmethod
     def open(cls, path) -> "Agent":
