@@ -62,6 +62,29 @@ class RowsLayer(DynamicLayer):
         self.buffers = new
         return new
 
+    def reserve(self, rows: int) -> None:
+        """Room for `rows` rows at least, allocated once (before appending many pages, which would
+        otherwise grow the buffer page by page)."""
+        if self.is_initialized and self.keys.numel() and (self.buffers is None or rows > self.buffers[0].shape[-2]):
+            n = self.keys.shape[-2]
+            bk, bv = self._room(n, max(rows, n), self.keys, self.values)
+            self.keys, self.values = bk[..., :n, :], bv[..., :n, :]
+
+    def keep(self, length: int) -> bool:
+        """Crop to `length` rows inside the buffer: the dropped rows are zeroed where they lie, so
+        no dropped byte survives and the kept rows need no copy. False when the layer's rows are not
+        this buffer's (nothing done), or the buffer would stay over four times the rows kept (and over
+        one chunk): the caller then moves the rows to storage of their size."""
+        old = self.buffers
+        if old is None or not self.keys.numel() or self.keys.data_ptr() != old[0].data_ptr() \
+                or self.values.data_ptr() != old[1].data_ptr() or old[0].shape[-2] > max(4 * length, self.CHUNK):
+            return False
+        n = self.keys.shape[-2]
+        old[0][..., length:n, :].zero_()
+        old[1][..., length:n, :].zero_()
+        self.keys, self.values = old[0][..., :length, :], old[1][..., :length, :]
+        return True
+
     def wipe(self) -> None:
         """Overwrite the buffer's bytes (before it is dropped)."""
         if self.buffers is not None:
@@ -84,7 +107,10 @@ class KVEngine:
     Forward, Crop, Reset, Append), in order, as it runs; `TorchLM.record_events` sets it.
     Recording reads no tensor and changes no computation."""
 
-    def __init__(self, model, device: torch.device, threads: int = 1) -> None:
+    def __init__(self, model, device: torch.device, threads: int = 1, kernel: str | None = "auto") -> None:
+        """kernel: the attention function the forwards run under in place of the model's own
+        "sdpa"; "auto": `unsee.impl.engine.attention.gqa_kernel` (one that reads grouped key and
+        value heads in place, where a probe finds it gives the same bits), None: the model's own."""
         check_exact_config(model)
         self.model = model
         self.device = device
@@ -98,6 +124,12 @@ class KVEngine:
         self.tokens_verified = 0  # of tokens_prefilled: replies prefilled by `fixed_point` (their check)
         self.verify_seconds = 0.0  # prefills that check a reply's fixed point (reported, never asserted)
         self.recorder: list | None = None
+        self.kernel = None
+        if kernel == "auto":
+            from unsee.impl.engine.attention import gqa_kernel
+
+            kernel = gqa_kernel(self)
+        self.kernel = kernel
 
     def __len__(self) -> int:
         return self.cache.get_seq_length()
@@ -111,10 +143,22 @@ class KVEngine:
         if self.recorder is not None:
             self.recorder.append(Forward(kind, len(self), len(ids), logits))
         input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)  # [1, S]
-        keep = {} if logits else {"logits_to_keep": 1}
-        out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True, **keep)
+        out = self.call(input_ids, **({} if logits else {"logits_to_keep": 1}))
         self.logits = out.logits[0, -1].float() if logits else None  # [V]
         self.forwards += 1
+
+    def call(self, input_ids: torch.Tensor, **kwargs):
+        """The model's forward over this cache, under `kernel` where one is set. The kernel is
+        switched on the shared model's config for this call only (engines share a model within a
+        thread; another engine's forward meanwhile would run it too: the same bits, by its probe)."""
+        config = self.model.config
+        if self.kernel is None or config._attn_implementation != "sdpa":
+            return self.model(input_ids=input_ids, cache=self.cache, use_cache=True, **kwargs)
+        config._attn_implementation = self.kernel
+        try:
+            return self.model(input_ids=input_ids, cache=self.cache, use_cache=True, **kwargs)
+        finally:
+            config._attn_implementation = "sdpa"
 
     def reset(self) -> None:
         if self.recorder is not None:
@@ -268,7 +312,7 @@ class KVEngine:
         if self.recorder is not None:
             self.recorder.append(Forward("prefill", len(self), len(ids)))
         input_ids = torch.tensor([list(ids)], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True)
+        out = self.call(input_ids)
         self.forwards += 1
         self.tokens_prefilled += len(ids)
         self.logits = out.logits[0, -1].float()
@@ -285,15 +329,24 @@ class KVEngine:
 
     def rows(self, start: int, end: int) -> torch.Tensor:
         """A copy of positions [start, end) of every layer: [layers, 2, kv_heads, n, head_dim]."""
-        with torch.inference_mode():
-            return torch.stack([torch.stack((k[0, :, start:end, :], v[0, :, start:end, :]))
-                                for k, v in self.kv_tensors()]).clone()
+        layers = self.kv_tensors()
+        k0 = layers[0][0]
+        with torch.inference_mode():  # one copy of each row, into storage of its own
+            out = k0.new_empty((len(layers), 2, k0.shape[1], end - start, k0.shape[3]))
+            for i, (k, v) in enumerate(layers):
+                out[i, 0] = k[0, :, start:end, :]
+                out[i, 1] = v[0, :, start:end, :]
+            return out
 
     def append_pages(self, pages) -> None:
         """Append K/V pages (as `rows` returns them) after the resident positions: no compute."""
         if self.recorder is not None:
             self.recorder.append(Append("pages", len(self), sum(p.shape[3] for p in pages)))
+        rows = len(self) + sum(p.shape[3] for p in pages)
         with torch.inference_mode():
+            for layer in self.cache.layers:  # one allocation, not one per page
+                if isinstance(layer, RowsLayer):
+                    layer.reserve(rows + rows // 4)  # and room for a suffix of a quarter as many
             for page in pages:  # [L, 2, h, n, d]
                 page = page.to(self.device)
                 for i, layer in enumerate(self.cache.layers):
@@ -303,10 +356,10 @@ class KVEngine:
     def crop(self, length: int, fresh_storage: bool = True) -> None:
         """Keep the first `length` positions; overwrite the dropped K/V bytes with zeros.
 
-        fresh_storage: copy the kept rows out, so no dropped byte sits behind them (a restore);
-        False keeps them a view of the same storage, for the passes of one reply's fixed point,
-        which would otherwise copy the whole cache each time (the next update concatenates into
-        fresh storage anyway)."""
+        A `RowsLayer` zeroes the dropped rows inside its buffer and keeps the rest where they are
+        (unless the buffer would hold over four times the rows kept: then as below). Any other
+        layer: fresh_storage copies the kept rows out, so no dropped byte sits behind them; False
+        keeps them a view of the same storage."""
         n = len(self)
         if length > n:
             raise UnseeError(f"cannot crop a cache of {n} positions to {length}")
@@ -318,6 +371,8 @@ class KVEngine:
             if not getattr(layer, "is_initialized", False) or layer.keys is None or layer.keys.numel() == 0:
                 continue
             with torch.inference_mode():
+                if isinstance(layer, RowsLayer) and layer.keep(length):
+                    continue  # zeroed in place: the buffer holds no dropped byte, the kept rows stay put
                 layer.keys[..., length:, :].zero_()
                 layer.values[..., length:, :].zero_()
                 layer.keys = layer.keys[..., :length, :]

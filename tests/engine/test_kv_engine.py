@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from unsee.impl.engine.exact import ExactnessError
-from unsee.impl.engine.kv import KVEngine
+from unsee.impl.engine.kv import KVEngine, RowsLayer
 from unsee.impl.engine.models import load
 
 pytestmark = pytest.mark.tiny
@@ -33,7 +33,38 @@ def test_crop_overwrites_the_dropped_bytes(bundle):
     assert len(e) == 12
     for k_old, layer in zip(old_keys, e.cache.layers):
         assert torch.count_nonzero(k_old[..., 12:, :]) == 0  # the storage that held them is zeroed
-        assert layer.keys.untyped_storage().data_ptr() != k_old.untyped_storage().data_ptr()
+        # the kept rows stay in the layer's buffer (no copy) and nothing past them is left there
+        assert layer.keys.data_ptr() == layer.buffers[0].data_ptr()
+        assert torch.count_nonzero(layer.buffers[0][..., 12:, :]) == 0
+        assert torch.count_nonzero(layer.buffers[1][..., 12:, :]) == 0
+
+
+def test_a_crop_to_a_small_part_of_a_large_buffer_moves_the_rows_and_wipes_the_buffer(bundle):
+    e = KVEngine(bundle.model, bundle.device)
+    e.prefill([10 + i % 100 for i in range(1100)], logits=False)
+    before = [(layer.keys[..., :3, :].clone(), layer.buffers) for layer in e.cache.layers]
+    e.crop(3)
+    for (kept, (bk, bv)), layer in zip(before, e.cache.layers):
+        assert torch.equal(layer.keys, kept)
+        assert layer.keys.untyped_storage().data_ptr() != bk.untyped_storage().data_ptr()
+        assert torch.count_nonzero(bk) == 0 and torch.count_nonzero(bv) == 0  # every byte of the old buffer
+
+
+def test_appending_many_pages_allocates_the_buffer_once(bundle, monkeypatch):
+    a = KVEngine(bundle.model, bundle.device)
+    a.prefill([10 + i % 100 for i in range(700)], logits=False)
+    pages = [a.rows(1 + 50 * i, 1 + 50 * (i + 1)) for i in range(13)]  # 650 rows, 13 pages
+    b = KVEngine(bundle.model, bundle.device)
+    b.prefill([10], logits=False)  # a 256-row buffer per layer
+    grown = []
+    wipe = RowsLayer.wipe
+    monkeypatch.setattr(RowsLayer, "wipe", lambda layer: grown.append(id(layer)) or wipe(layer))
+    b.append_pages(pages)
+    # one new buffer per layer (page by page it would grow 256 → 512 → 1024), with room for a suffix
+    assert sorted(grown) == sorted(id(layer) for layer in b.cache.layers)
+    assert all(layer.buffers[0].shape[-2] >= 651 + 651 // 4 for layer in b.cache.layers)
+    for (ka, va), (kb, vb) in zip(a.kv_tensors(), b.kv_tensors()):
+        assert torch.equal(ka[..., 1:651, :], kb[..., 1:, :]) and torch.equal(va[..., 1:651, :], vb[..., 1:, :])
 
 
 def test_crop_then_prefill_is_bit_exact_against_a_fresh_run(bundle):
@@ -147,8 +178,9 @@ def test_a_row_buffer_is_zeroed_when_its_rows_move_or_go(bundle):
     e.prefill(list(range(10, 60)))
     bufs = [layer.buffers for layer in e.cache.layers]
     assert all(k.shape[-2] == 256 and k[..., :50, :].abs().sum() > 0 for k, _ in bufs)
-    e.crop(20)  # fresh storage: the old buffer goes, zeroed
-    assert all(not k.any() and not v.any() for k, v in bufs)
+    e.crop(20)  # in place: the dropped rows zeroed where they lie
+    assert all(not k[..., 20:, :].any() and not v[..., 20:, :].any() for k, v in bufs)
+    assert all(layer.buffers is b for layer, b in zip(e.cache.layers, bufs))
     e.prefill(list(range(10, 30)))
     kept = [layer.buffers for layer in e.cache.layers]
     e.release()
