@@ -107,10 +107,9 @@ class KVEngine:
     Forward, Crop, Reset, Append), in order, as it runs; `TorchLM.record_events` sets it.
     Recording reads no tensor and changes no computation."""
 
-    def __init__(self, model, device: torch.device, threads: int = 1, kernel: str | None = "auto") -> None:
+    def __init__(self, model, device: torch.device, threads: int = 1, kernel: str | None = None) -> None:
         """kernel: the attention function the forwards run under in place of the model's own
-        "sdpa"; "auto": `unsee.impl.engine.attention.gqa_kernel` (one that reads grouped key and
-        value heads in place, where a probe finds it gives the same bits), None: the model's own."""
+        "sdpa" (None: the model's own); `unsee.impl.engine.attention.gqa_kernel` picks one."""
         check_exact_config(model)
         self.model = model
         self.device = device
@@ -124,11 +123,6 @@ class KVEngine:
         self.tokens_verified = 0  # of tokens_prefilled: replies prefilled by `fixed_point` (their check)
         self.verify_seconds = 0.0  # prefills that check a reply's fixed point (reported, never asserted)
         self.recorder: list | None = None
-        self.kernel = None
-        if kernel == "auto":
-            from unsee.impl.engine.attention import gqa_kernel
-
-            kernel = gqa_kernel(self)
         self.kernel = kernel
 
     def __len__(self) -> int:
@@ -331,6 +325,8 @@ class KVEngine:
         """A copy of positions [start, end) of every layer: [layers, 2, kv_heads, n, head_dim]."""
         layers = self.kv_tensors()
         k0 = layers[0][0]
+        end = min(end, k0.shape[-2])  # as slicing has it: positions past the cache are not there
+        start = min(start, end)
         with torch.inference_mode():  # one copy of each row, into storage of its own
             out = k0.new_empty((len(layers), 2, k0.shape[1], end - start, k0.shape[3]))
             for i, (k, v) in enumerate(layers):

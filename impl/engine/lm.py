@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from unsee.impl.engine.attention import gqa_kernel
 from unsee.impl.engine.kv import KVEngine, tensor_digest
 from unsee.impl.engine.selftest import row_independence
 from unsee.impl.engine.pages import ROOT, PageKeys, page_layout
@@ -35,6 +36,7 @@ class TorchLM:
         self.name = bundle.name
         self.template = bundle.template
         self.engine = KVEngine(bundle.model, device or bundle.device, threads)
+        self.engine.kernel = gqa_kernel(self.engine)  # grouped heads read in place, where it gives the same bits
         self.epoch = 0
         self.bos = tuple(self.template.bos())
         self.hits = 0  # prefill rows taken from a prefix cache (B5′)

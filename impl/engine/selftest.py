@@ -28,10 +28,10 @@ def row_independence(engine: KVEngine, context: int = 24, block: int = 16) -> tu
     new process does not run it again. Returns (holds, a sentence for the user)."""
     model = engine.model
     impl = getattr(model.config, "_attn_implementation", None) or "eager"
-    key = (id(model), str(next(model.parameters()).dtype), str(engine.device), engine.threads, impl)
+    key = (id(model), str(next(model.parameters()).dtype), str(engine.device), engine.threads, impl, engine.kernel)
     if key in _ROWS_CHECKED:
         return _ROWS_CHECKED[key]
-    disk = {**selftest_key(engine, impl), "shape": [context, block]}
+    disk = {**selftest_key(engine, impl), "shape": [context, block], **({"kernel": engine.kernel} if engine.kernel else {})}
     holds = read_selftest(disk)
     if holds is None:
         holds = _rows_independent(engine, context, block)
@@ -51,7 +51,7 @@ def _rows_independent(engine: KVEngine, context: int, block: int) -> bool:
     ctx = torch.randint(10, vocab, (context,), generator=g).tolist()
     a = torch.randint(10, vocab, (block,), generator=g).tolist()
     b = a[: block // 2] + torch.randint(10, vocab, (block - block // 2,), generator=g).tolist()
-    e1 = KVEngine(model, engine.device, engine.threads)
+    e1 = KVEngine(model, engine.device, engine.threads, kernel=engine.kernel)
     e1.prefill(ctx)
     e2 = e1.clone()
     la, lb = e1.prefill_logits(a), e2.prefill_logits(b)

@@ -18,13 +18,22 @@ def in_processes(job, jobs, workers: int, done, initializer=None, initargs=()) -
             for f in as_completed(futures):
                 done(futures[f], f.result())
         except BaseException:  # stopped (Ctrl-C, SIGTERM) or failed: no episode goes on running unseen
-            procs = list((getattr(pool, "_processes", None) or {}).values())
-            for proc in procs:
-                proc.terminate()
-            for proc in procs:
-                proc.join(timeout=10)
-            pool.shutdown(wait=False, cancel_futures=True)
+            stop_workers(pool)
             raise
+
+
+def stop_workers(pool) -> None:
+    """Terminate every worker of `pool` and wait for it; one still alive after 10 s (a busy
+    machine), or started meanwhile, is killed."""
+    for attempt in range(3):
+        procs = [p for p in list((getattr(pool, "_processes", None) or {}).values()) if p.is_alive()]
+        if not procs:
+            break
+        for proc in procs:
+            proc.terminate() if attempt == 0 else proc.kill()
+        for proc in procs:
+            proc.join(timeout=10)
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def on_ray(job, jobs, address: str, done) -> None:

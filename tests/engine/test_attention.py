@@ -55,6 +55,24 @@ def test_reading_grouped_heads_in_place_gives_transformers_bits(family, dtype, m
     assert b.model.config._attn_implementation == "sdpa"  # switched for each call only
 
 
+def test_the_runtime_runs_under_it_and_its_states_match_transformers_kernel():
+    """An agent's LM picks the kernel by its probe; a session and a forget under it leave the
+    digests that transformers' own kernel leaves."""
+    from unsee.impl.engine.runtime import KVRuntime
+    from unsee.model.state import Observation, Part
+
+    runs = []
+    for kernel in (A.GQA_SDPA, None):
+        rt = KVRuntime("tiny-mistral", attn="sdpa")
+        assert rt.engine.kernel == A.GQA_SDPA
+        rt.engine.kernel = kernel
+        for t, text in enumerate(("plan the trip", "the code is 4417", "book it", "what next")):
+            rt.step(Observation("user", (Part("z" if t == 1 else f"u{t}", text),), reply=6))
+        rt.forget(["z"], method="B7")
+        runs.append(rt.digest())
+    assert runs[0] == runs[1]
+
+
 def pair_heads_wrongly(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kw):
     """A planted kernel: query head h reads key head h mod Hkv (tiled) instead of h // (H / Hkv)."""
     groups = query.shape[1] // key.shape[1]
@@ -71,11 +89,11 @@ def test_the_probe_decides_and_its_result_is_kept_on_disk(tmp_path, monkeypatch)
     real = A.same_bits
     monkeypatch.setattr(A, "same_bits", lambda e: probes.append(1) or real(e))
     b = load("tiny-llama", attn="sdpa")
-    assert KVEngine(b.model, b.device).kernel == A.GQA_SDPA and len(probes) == 1
+    assert A.gqa_kernel(KVEngine(b.model, b.device)) == A.GQA_SDPA and len(probes) == 1
     assert list((tmp_path / "selftest").glob("gqa-*.json"))
     monkeypatch.setattr(A, "_CHECKED", {})  # a new process: the result is read back, not measured
-    assert KVEngine(b.model, b.device).kernel == A.GQA_SDPA and len(probes) == 1
-    assert KVEngine(load("tiny-llama").model, b.device).kernel is None  # eager: transformers' own kernel
+    assert A.gqa_kernel(KVEngine(b.model, b.device)) == A.GQA_SDPA and len(probes) == 1
+    assert A.gqa_kernel(KVEngine(load("tiny-llama").model, b.device)) is None  # eager: transformers' own kernel
 
 
 def test_a_kernel_that_pairs_heads_wrongly_is_not_used(tmp_path, monkeypatch):
@@ -84,4 +102,4 @@ def test_a_kernel_that_pairs_heads_wrongly_is_not_used(tmp_path, monkeypatch):
     monkeypatch.setitem(AttentionInterface._global_mapping, A.GQA_SDPA, pair_heads_wrongly)
     b = load("tiny-qwen2", attn="sdpa")
     assert not A.same_bits(KVEngine(b.model, b.device, kernel=None))
-    assert KVEngine(b.model, b.device).kernel is None  # the probe found other bits: transformers' kernel
+    assert A.gqa_kernel(KVEngine(b.model, b.device)) is None  # the probe found other bits: transformers' kernel

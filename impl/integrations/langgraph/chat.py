@@ -63,12 +63,14 @@ class KVContext:
     canonical schedule, so the cache never depends on the path that led to a message list."""
 
     def __init__(self, bundle, threads: int = 1) -> None:
+        from unsee.impl.engine.attention import gqa_kernel
         from unsee.impl.engine.kv import KVEngine
         from unsee.impl.engine.selftest import row_independence
 
         self.bundle = bundle
         self.template = bundle.template
         self.engine = KVEngine(bundle.model, bundle.device, threads)
+        self.engine.kernel = gqa_kernel(self.engine)  # grouped heads read in place, where it gives the same bits
         self.bos = tuple(self.template.bos())
         self.chain: list[tuple[str, int]] = []  # (running key, tokens) per resident unit
         self.exact_rows, _ = row_independence(self.engine)
