@@ -172,20 +172,26 @@ def run_layer(layer: Layer, copy: Path) -> dict:
     return {"layer": layer.name, "result": result, "rc": rc, "seconds": seconds, "tail": out[-1500:]}
 
 
-def run_matrix(bugs=BUGS, layers=None, on_row=None) -> dict:
-    """The clean copy and every bug through every layer; returns the matrix document."""
+def run_matrix(bugs=BUGS, layers=None, on_row=None, jobs: int | None = None) -> dict:
+    """The clean copy and every bug through every layer; returns the matrix document. The layers
+    are separate processes, each in its own copy's root: `jobs` of them run at once (default: as
+    many as there are cores, at most 4); on_row(row) as each copy's row completes, in order."""
+    from concurrent.futures import ThreadPoolExecutor
+
     layers = list(LAYERS if layers is None else layers)
+    jobs = jobs or max(1, min(4, os.cpu_count() or 1))
     rows = []
-    for bug in (None, *bugs):
-        with tempfile.TemporaryDirectory(prefix="unsee-planted-") as tmp:
-            copy = make_copy(Path(tmp), bug)
-            results = {layer.name: run_layer(layer, copy) for layer in layers}
-        row = {"bug": "(none: the clean copy)" if bug is None else bug.name,
-               "what": "" if bug is None else bug.what, "changes_forget": bug is not None and bug.changes_forget,
-               "results": results, "caught_by": sorted(k for k, v in results.items() if v["result"] == "caught")}
-        rows.append(row)
-        if on_row is not None:
-            on_row(row)
+    with tempfile.TemporaryDirectory(prefix="unsee-planted-") as tmp, ThreadPoolExecutor(jobs) as pool:
+        copies = [(bug, make_copy(Path(tmp) / str(i), bug)) for i, bug in enumerate((None, *bugs))]
+        runs = [(bug, {layer.name: pool.submit(run_layer, layer, copy) for layer in layers}) for bug, copy in copies]
+        for bug, futures in runs:
+            results = {name: f.result() for name, f in futures.items()}
+            row = {"bug": "(none: the clean copy)" if bug is None else bug.name,
+                   "what": "" if bug is None else bug.what, "changes_forget": bug is not None and bug.changes_forget,
+                   "results": results, "caught_by": sorted(k for k, v in results.items() if v["result"] == "caught")}
+            rows.append(row)
+            if on_row is not None:
+                on_row(row)
     return {"layers": [layer.name for layer in layers], "clean": rows[0], "bugs": rows[1:]}
 
 
