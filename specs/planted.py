@@ -179,19 +179,24 @@ def run_matrix(bugs=BUGS, layers=None, on_row=None, jobs: int | None = None) -> 
     from concurrent.futures import ThreadPoolExecutor
 
     layers = list(LAYERS if layers is None else layers)
-    jobs = jobs or max(1, min(4, os.cpu_count() or 1))
+    jobs = jobs or max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
     rows = []
     with tempfile.TemporaryDirectory(prefix="unsee-planted-") as tmp, ThreadPoolExecutor(jobs) as pool:
         copies = [(bug, make_copy(Path(tmp) / str(i), bug)) for i, bug in enumerate((None, *bugs))]
         runs = [(bug, {layer.name: pool.submit(run_layer, layer, copy) for layer in layers}) for bug, copy in copies]
-        for bug, futures in runs:
-            results = {name: f.result() for name, f in futures.items()}
-            row = {"bug": "(none: the clean copy)" if bug is None else bug.name,
-                   "what": "" if bug is None else bug.what, "changes_forget": bug is not None and bug.changes_forget,
-                   "results": results, "caught_by": sorted(k for k, v in results.items() if v["result"] == "caught")}
-            rows.append(row)
-            if on_row is not None:
-                on_row(row)
+        try:
+            for bug, futures in runs:
+                results = {name: f.result() for name, f in futures.items()}
+                row = {"bug": "(none: the clean copy)" if bug is None else bug.name,
+                       "what": "" if bug is None else bug.what,
+                       "changes_forget": bug is not None and bug.changes_forget, "results": results,
+                       "caught_by": sorted(k for k, v in results.items() if v["result"] == "caught")}
+                rows.append(row)
+                if on_row is not None:
+                    on_row(row)
+        except BaseException:  # Ctrl-C: no queued layer starts after it
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
     return {"layers": [layer.name for layer in layers], "clean": rows[0], "bugs": rows[1:]}
 
 

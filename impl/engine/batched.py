@@ -14,6 +14,7 @@ import torch
 from transformers import AttentionInterface
 
 from unsee.impl.engine.exact import ExactnessError
+from unsee.impl.engine.kv import KERNEL_SWITCH
 from unsee.model.session import UnseeError
 
 
@@ -80,7 +81,12 @@ def decode_rows(engine, prompts, n: int, draws=None, temperature: float = 1.0, m
     return out, first
 
 
-def _decode_batch(engine, work, layers, context, c, prompts, draws, tails, first, n, temperature):
+def _decode_batch(engine, *args):
+    with KERNEL_SWITCH:  # the model's kernel is switched for the batch: one switch at a time
+        return _decode_batch_switched(engine, *args)
+
+
+def _decode_batch_switched(engine, work, layers, context, c, prompts, draws, tails, first, n, temperature):
     """`decode_rows` for one batch of rows: `work`'s cache layers hold the rows' own tokens
     (prompt, padding, decoded) while the shared context stays in `context`, once."""
     b, width = len(prompts), max(len(p) for p in prompts)

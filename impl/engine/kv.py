@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import threading
 import time
 
 import torch
@@ -23,12 +24,15 @@ from unsee.model.session import UnseeError
 from unsee.specs.traces import Append, Crop, Forward, Reset
 
 
+KERNEL_SWITCH = threading.RLock()  # held while a model's attention kernel is switched for some forwards
+
+
 class RowsLayer(DynamicLayer):
     """A cache layer whose new rows are written in place into a preallocated buffer, instead of
     concatenating the whole layer into fresh storage at every forward. `keys` and `values` stay
     views of the buffer's first rows: the same values, shape and dtype as concatenation gives.
-    Whoever replaces `keys` with other storage (a crop into fresh storage, appended pages) is
-    followed: the next update copies the rows into a new buffer and zeroes the old one."""
+    Whoever replaces `keys` with other storage (a crop that moves the rows, a selection) is
+    followed: the next update copies the rows into a new buffer and zeroes both old copies."""
 
     CHUNK = 256  # rows allocated at a time (the buffer at least doubles when it grows)
     buffers: tuple | None = None
@@ -58,6 +62,9 @@ class RowsLayer(DynamicLayer):
         if n:
             new[0][..., :n, :] = self.keys
             new[1][..., :n, :] = self.values
+            if old is None or self.keys.data_ptr() != old[0].data_ptr():
+                self.keys.zero_()  # rows of the layer's own that were not in the buffer (a crop's copy):
+                self.values.zero_()  # their bytes go with them
         self.wipe()
         self.buffers = new
         return new
@@ -143,16 +150,19 @@ class KVEngine:
 
     def call(self, input_ids: torch.Tensor, **kwargs):
         """The model's forward over this cache, under `kernel` where one is set. The kernel is
-        switched on the shared model's config for this call only (engines share a model within a
-        thread; another engine's forward meanwhile would run it too: the same bits, by its probe)."""
+        switched on the shared model's config for this call only, under `KERNEL_SWITCH`, so two
+        threads never switch one config at once."""
         config = self.model.config
-        if self.kernel is None or config._attn_implementation != "sdpa":
+        if self.kernel is None:
             return self.model(input_ids=input_ids, cache=self.cache, use_cache=True, **kwargs)
-        config._attn_implementation = self.kernel
-        try:
-            return self.model(input_ids=input_ids, cache=self.cache, use_cache=True, **kwargs)
-        finally:
-            config._attn_implementation = "sdpa"
+        with KERNEL_SWITCH:  # one switch of a model's kernel at a time (the batched decode's too)
+            if config._attn_implementation != "sdpa":
+                return self.model(input_ids=input_ids, cache=self.cache, use_cache=True, **kwargs)
+            config._attn_implementation = self.kernel
+            try:
+                return self.model(input_ids=input_ids, cache=self.cache, use_cache=True, **kwargs)
+            finally:
+                config._attn_implementation = "sdpa"
 
     def reset(self) -> None:
         if self.recorder is not None:
@@ -325,7 +335,9 @@ class KVEngine:
         """A copy of positions [start, end) of every layer: [layers, 2, kv_heads, n, head_dim]."""
         layers = self.kv_tensors()
         k0 = layers[0][0]
-        end = min(end, k0.shape[-2])  # as slicing has it: positions past the cache are not there
+        if start < 0:
+            raise UnseeError(f"rows from position {start}")
+        end = min(end, k0.shape[-2])  # positions past the cache are not there (a page of fewer rows)
         start = min(start, end)
         with torch.inference_mode():  # one copy of each row, into storage of its own
             out = k0.new_empty((len(layers), 2, k0.shape[1], end - start, k0.shape[3]))

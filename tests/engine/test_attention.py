@@ -30,6 +30,8 @@ def session(e: KVEngine, vocab: int) -> list:
     seen.append(torch.tensor(e.decode(4)))
     e.crop(len(e) - 5)
     seen.append(e.prefill_logits(ids(19)))
+    e.prefill(ids(1100), logits=False)  # long blocks over more than a thousand cached rows
+    seen.append(e.prefill_logits(ids(800)))
     return seen + [t for pair in e.kv_tensors() for t in pair]
 
 
@@ -84,22 +86,22 @@ def pair_heads_wrongly(module, query, key, value, attention_mask, dropout=0.0, s
 
 def test_the_probe_decides_and_its_result_is_kept_on_disk(tmp_path, monkeypatch):
     monkeypatch.setenv("UNSEE_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(A, "_CHECKED", {})
     probes = []
     real = A.same_bits
     monkeypatch.setattr(A, "same_bits", lambda e: probes.append(1) or real(e))
     b = load("tiny-llama", attn="sdpa")
+    monkeypatch.setitem(b.model.__dict__, "unsee_gqa_checked", {})  # the result is kept on the model
     assert A.gqa_kernel(KVEngine(b.model, b.device)) == A.GQA_SDPA and len(probes) == 1
     assert list((tmp_path / "selftest").glob("gqa-*.json"))
-    monkeypatch.setattr(A, "_CHECKED", {})  # a new process: the result is read back, not measured
+    monkeypatch.setitem(b.model.__dict__, "unsee_gqa_checked", {})  # a new process: read back, not measured
     assert A.gqa_kernel(KVEngine(b.model, b.device)) == A.GQA_SDPA and len(probes) == 1
     assert A.gqa_kernel(KVEngine(load("tiny-llama").model, b.device)) is None  # eager: transformers' own kernel
 
 
 def test_a_kernel_that_pairs_heads_wrongly_is_not_used(tmp_path, monkeypatch):
     monkeypatch.setenv("UNSEE_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(A, "_CHECKED", {})
     monkeypatch.setitem(AttentionInterface._global_mapping, A.GQA_SDPA, pair_heads_wrongly)
     b = load("tiny-qwen2", attn="sdpa")
+    monkeypatch.setitem(b.model.__dict__, "unsee_gqa_checked", {})
     assert not A.same_bits(KVEngine(b.model, b.device, kernel=None))
     assert A.gqa_kernel(KVEngine(b.model, b.device)) is None  # the probe found other bits: transformers' kernel

@@ -48,6 +48,9 @@ def test_a_crop_to_a_small_part_of_a_large_buffer_moves_the_rows_and_wipes_the_b
         assert torch.equal(layer.keys, kept)
         assert layer.keys.untyped_storage().data_ptr() != bk.untyped_storage().data_ptr()
         assert torch.count_nonzero(bk) == 0 and torch.count_nonzero(bv) == 0  # every byte of the old buffer
+    moved = [(layer.keys, layer.values) for layer in e.cache.layers]
+    e.prefill([7, 8])  # the rows go into a buffer again, and the copy they left is zeroed
+    assert all(not k.any() and not v.any() for k, v in moved)
 
 
 def test_appending_many_pages_allocates_the_buffer_once(bundle, monkeypatch):
@@ -173,7 +176,7 @@ def test_rows_in_place_and_no_wasted_forward_give_the_same_bits(model, dtype, at
     assert new.tokens_decoded == old.tokens_decoded - a[2]
 
 
-def test_a_row_buffer_is_zeroed_when_its_rows_move_or_go(bundle):
+def test_a_row_buffer_is_zeroed_where_rows_are_cropped_and_when_it_goes(bundle):
     e = KVEngine(bundle.model, bundle.device)
     e.prefill(list(range(10, 60)))
     bufs = [layer.buffers for layer in e.cache.layers]
