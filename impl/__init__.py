@@ -6,7 +6,7 @@
                  operations (open, forget, check) with `Agent`, the API for agents that stay up;
 - `organism/`    the model organisms (recall-tiny, -2, -3): data, training, evaluation, weights;
 - `experiments/` the paper's evaluation: baselines, cases, AgentDojo, audits, benches, demo;
-- `cli.py`       the `unsee` command: parse, call, render.
+- `cli/`         the `unsee` command: parse, call, render.
 """
 
 from __future__ import annotations

@@ -1,0 +1,114 @@
+"""What every command shares: the option types, the consoles, progress, JSON output and errors."""
+
+from __future__ import annotations
+
+import json
+import time
+from enum import Enum
+from pathlib import Path
+from typing import NoReturn, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+class Engine(str, Enum):
+    reference = "reference"
+    kv = "kv"
+
+
+class Method(str, Enum):
+    """Forget methods a stored session offers (the audit compares all of B0–B9)."""
+    B7 = "B7"
+    B5 = "B5"
+    B5_prime = "B5'"
+
+
+class Policy(str, Enum):
+    every = "every"
+    events = "events"
+    start = "start"
+
+
+class KvPages(str, Enum):
+    keep = "keep"
+    none = "none"
+
+
+class Attn(str, Enum):
+    auto = "auto"
+    eager = "eager"
+    sdpa = "sdpa"
+
+
+class Dtype(str, Enum):
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+
+
+class Shape(str, Enum):
+    short = "short"
+    agent = "agent"
+
+
+def many(values: Optional[list[str]], default: str) -> list[str]:
+    """A repeatable option; each value may also be comma-separated (the older spelling)."""
+    return [x.strip() for v in (values or [default]) for x in v.split(",") if x.strip()]
+
+
+def args_text(args) -> str:
+    """A call's decoded JSON arguments, as the user reads them."""
+    return json.dumps(args, ensure_ascii=False)
+
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Exact execution-state unlearning for stateful LLM agents, and the proofs that it is exact.")
+console = Console(stderr=True)
+out = Console()
+
+
+def write_json(doc: dict, path: Optional[Path]) -> None:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+        console.print(f"[dim]wrote {path}[/dim]")
+
+
+class LineProgress(Progress):
+    """A progress bar on a terminal; elsewhere (a log, CI, a pipe), where rich draws nothing until
+    the end, a plain line at most every `every` seconds and at completion."""
+
+    def __init__(self, every: float) -> None:
+        super().__init__(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                         console=console, transient=False)
+        self.every, self.last = every, float("-inf")
+
+    def update(self, task_id, **kw) -> None:
+        super().update(task_id, **kw)
+        self._line(task_id)
+
+    def advance(self, task_id, advance: float = 1) -> None:
+        super().advance(task_id, advance)
+        self._line(task_id)
+
+    def _line(self, task_id) -> None:
+        if self.console.is_terminal:
+            return
+        task = next(t for t in self.tasks if t.id == task_id)
+        now = time.monotonic()
+        if now - self.last >= self.every or (task.total is not None and task.completed >= task.total):
+            self.last = now
+            total = "" if task.total is None else f"/{task.total:g}"
+            self.console.print(f"{task.description} {task.completed:g}{total} ({task.elapsed or 0:.0f} s)",
+                               highlight=False)
+
+
+def progress(every: float = 30.0) -> Progress:
+    return LineProgress(every)
+
+
+
+def fail(e: Exception, code: int = 2) -> NoReturn:
+    console.print(f"[red]error:[/red] {e}", soft_wrap=True)
+    raise typer.Exit(code)
+

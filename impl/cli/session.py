@@ -1,0 +1,235 @@
+"""The commands on one stored session: `run`, `forget`, `check`, `show`, and the `demo`."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from unsee.impl.cli.common import Attn, Dtype, KvPages, Method, Policy, app, args_text, console, fail, out, progress, write_json
+
+
+@app.command()
+def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observation per line."),
+        db: Path = typer.Option(..., help="SQLite session store to create."),
+        model: str = typer.Option("tiny-llama", help="tiny-llama | tiny-qwen2 | tiny-mistral | recall-tiny | "
+                                                    "recall-tiny-2 | recall-tiny-3 | smollm2 | reference | a path."),
+        max_new_tokens: int = typer.Option(8, help="Reply length for user lines that do not say."),
+        seed: Optional[int] = typer.Option(None, help="Sample with this seed (default: greedy decoding)."),
+        policy: Policy = typer.Option(Policy.every, help="Checkpoint policy."),
+        kv_pages: KvPages = typer.Option(KvPages.keep, help="keep: persist every block's K/V rows so that a forget "
+                                     "restores its checkpoint by reading them; none: re-materialize instead."),
+        attn: Attn = typer.Option(Attn.auto, help="Attention kernel (part of the state: every later forget runs "
+                                  "under it). auto: of eager and sdpa, those whose premise self-test holds here, the "
+                                  "faster on a long block and short forwards after it, measured once per model and "
+                                  "machine."),
+        dtype: Dtype = typer.Option(Dtype.float32, help="Weights and cache dtype (bfloat16: other numerics than "
+                                    "float32, so other replies; faster only where the CPU has bfloat16 kernels)."),
+        threads: int = typer.Option(1, min=1, help="CPU threads of every forward (part of the state, like the "
+                                    "kernel: more threads split the reductions differently).")) -> None:
+    """Run a session from an episode file and store it."""
+    from unsee.impl.store.episode import parse_episode
+    from unsee.impl.store.session import Agent
+    from unsee.model import Config, UnseeError
+
+    try:
+        stream, tools = parse_episode(episode, max_new_tokens)  # every line is checked before anything is written
+        settings = {} if model == "reference" else {"dtype": dtype.value, "threads": threads, "attn": attn.value}
+        with progress() as p:
+            task = p.add_task(f"run {episode.name} on {model}", total=len(stream))
+            agent = Agent.create(db, model, Config(sampling=seed is not None, seed=seed, tools=tools), policy.value,
+                                 kv_pages=kv_pages is KvPages.keep, observations=stream,
+                                 on_step=lambda: p.advance(task), **settings)
+    except (UnseeError, ValueError) as e:
+        fail(e)
+    with agent:
+        s, store = agent.session, agent.store
+        n_pages, page_bytes, page_tokens = store.page_bytes()
+        identity = json.loads(store.meta("identity"))
+        out.print(f"stored T={s.T} transitions, {len(s.checkpoints)} checkpoints, {len(s.state.artifacts)} "
+                  f"artifacts in {db}")
+        if "weights_sha256" in identity:
+            out.print(f"settings: {identity['dtype']}, {identity['attn']} attention, {identity['threads']} thread(s) "
+                      f"on {identity['device']} (every later forget and check runs under these)")
+            if agent.settings_note:
+                out.print(f"attention: {agent.settings_note}")
+        if n_pages:
+            out.print(f"K/V pages: {n_pages} blocks, {page_tokens} tokens, {page_bytes / 1e6:.1f} MB "
+                      f"({page_bytes / page_tokens / 1e3:.1f} KB per token); capture "
+                      f"{1000 * agent.runtime.model.capture_seconds / max(1, s.T):.2f} ms per step")
+
+
+@app.command()
+def forget(db: Path = typer.Option(..., help="The session store."),
+           source: list[str] = typer.Option(..., help="Source id to forget (repeatable)."),
+           method: Method = typer.Option(Method.B7, help="B7 (selective replay), B5 (full reset) or B5' (full "
+                                         "reset with the stored cache as a prefix cache)."),
+           model: Optional[str] = typer.Option(None, help="Refuse unless the store was run on this model."),
+           json_path: Optional[Path] = typer.Option(None, "--json", help="Write the receipt here.")) -> None:
+    """Forget sources from a stored session and write the receipt (atomically)."""
+    from unsee.impl.store.session import forget_stored
+    from unsee.impl.store.sqlite import Store
+    from unsee.model import UnseeError
+
+    method = method.value
+    store = None
+    try:
+        store = Store(db)
+        if store.recovered:
+            console.print(f"[yellow]{store.recovered}[/yellow]")
+        with console.status(f"forgetting {len(source)} source(s) ({method}) from {db}"):
+            rt, doc = forget_stored(store, list(source), method, model=model)
+    except (UnseeError, ValueError) as e:
+        fail(e)
+    except sqlite3.Error as e:
+        fail(UnseeError(f"{db}: {e}; the store holds the session as it was before this forget"))
+    finally:
+        if store is not None:
+            store.close()
+    table = Table(title=f"receipt: forget {len(source)} source(s) ({method})")
+    table.add_column("field")
+    table.add_column("value", justify="right")
+    for k in ("tau", "T", "checkpoint", "transitions", "tokens_prefilled", "tokens_decoded", "tokens_verified",
+              "tokens_restored", "tokens_reused", "tokens_rematerialized", "seconds", "import_seconds", "load_seconds", "open_seconds",
+              "save_seconds"):
+        table.add_row(k, str(doc[k]))
+    table.add_row("compensation", str(len(doc["compensation"])))
+    out.print(table)
+    for c in doc["compensation"]:
+        committed = "never fired" if c["committed"] is None else f"fired {c['tool']}({args_text(c['committed'])})"
+        twin = "makes no such call" if c["args"] is None else f"would call {c['tool']}({args_text(c['args'])})"
+        console.print(f"[yellow]needs compensation[/yellow] {c['call_id']}: {c['reason']}; {committed}, the twin "
+                      f"{twin}", soft_wrap=True)
+    if doc["pages_recomputed"]:
+        console.print(f"[yellow]{len(doc['pages_recomputed'])} stored K/V page(s) failed their digest and were "
+                      "recomputed from the verified tokens[/yellow] (counted in tokens_rematerialized)")
+    trace = doc.get("trace")  # the engine's event log (a real model), checked against the spec
+    if trace is not None:
+        out.print(f"trace: {trace['events']} engine events, [green]allowed by the spec[/green]")
+    write_json(doc, json_path)
+
+
+@app.command()
+def check(db: Path = typer.Option(..., help="The session store."),
+          fast: bool = typer.Option(False, "--fast", help="Verify every stored byte against its digest (K/V "
+                                    "pages included) without the full reset."),
+          json_path: Optional[Path] = typer.Option(None, "--json", help="Write the report here.")) -> None:
+    """Verify the store's digests, then re-derive the state by a full reset and compare.
+
+    The full reset runs from the stored log; every layer is compared."""
+    from unsee.impl.store.session import check_store
+    from unsee.impl.store.sqlite import Store
+    from unsee.model import UnseeError
+
+    store = None
+    try:
+        store = Store(db)
+        if store.recovered:
+            console.print(f"[yellow]{store.recovered}[/yellow]")
+        if fast:
+            doc = check_store(store, fast=True)
+        else:
+            with progress() as p:
+                task = p.add_task("full reset from the log", total=store.length())
+                doc = check_store(store, on_step=lambda: p.advance(task))
+    except (UnseeError, ValueError) as e:
+        fail(e)
+    except sqlite3.Error as e:
+        fail(UnseeError(f"{db}: {e}"))
+    finally:
+        if store is not None:
+            store.close()
+    if fast:
+        bad = doc["pages_damaged"]
+        out.print(f"[green]verified[/green] T={doc['T']}: every row and {doc['pages'] - len(bad)} of {doc['pages']} "
+                  "K/V pages match their digests (no full reset run; `unsee check` without --fast re-derives the state)")
+        for page in bad[:20]:
+            console.print(f"  [yellow]K/V page {page['key']} (born at turn {page['born']}) fails its digest[/yellow]: "
+                          "a forget recomputes it from the verified tokens")
+        write_json(doc, json_path)
+        if bad:
+            raise typer.Exit(1)
+        return
+    mismatches = doc["mismatches"]
+    out.print(f"[{'green' if doc['exact'] else 'red'}]exact={doc['exact']}[/] T={doc['T']}, "
+              f"{len(mismatches)} mismatching layers")
+    for m in mismatches[:20]:
+        console.print(f"  layer {m['layer']} differs at t={m['t']}")
+    write_json(doc, json_path)
+    if mismatches:
+        raise typer.Exit(1)
+
+
+@app.command()
+def show(db: Path = typer.Option(..., help="The session store."),
+         source: Optional[list[str]] = typer.Option(None, help="Mark what a forget of this source would touch "
+                                                   "(repeatable): its artifacts, τ, I(z) and the checkpoint."),
+         graph: Optional[Path] = typer.Option(None, help="Draw the provenance graph here (.png or .svg)."),
+         json_path: Optional[Path] = typer.Option(None, "--json", help="Write the decoded session here.")) -> None:
+    """The stored session as a person reads it, decoded to text.
+
+    Each turn's observation with its source ids, the model's replies, memory, summaries, tool
+    calls, side effects and receipts."""
+    from unsee.impl.store.show import draw_graph, forget_plan, session_view
+    from unsee.impl.store.sqlite import Store
+    from unsee.model import UnseeError
+
+    store = None
+    try:
+        store = Store(db)
+        doc = session_view(store)
+        if source:
+            doc["forget_plan"] = forget_plan(store, list(source))
+        if graph is not None:
+            if graph.suffix not in (".png", ".svg"):
+                raise UnseeError(f"--graph takes a .png or .svg path, got {graph}")
+            doc["graph"] = draw_graph(store, graph, tuple(source or ()))
+    except (UnseeError, ValueError) as e:
+        fail(e)
+    finally:
+        if store is not None:
+            store.close()
+    out.print(f"[bold]{db}[/bold]: {doc['model']}, T={doc['T']}, policy {doc['policy']}, "
+              f"checkpoints at {doc['checkpoints']}")
+    for t in doc["turns"]:
+        parts = "  ".join(f"[cyan]\\[{p['source']}][/cyan] {p['text']}" for p in t["parts"]) or "[dim](empty)[/dim]"
+        out.print(f"[bold]t={t['t']}[/bold] {t['kind']}: {parts}", soft_wrap=True)
+        for r in t["replies"]:
+            out.print(f"    [magenta]reply[/magenta] {r}", soft_wrap=True)
+        for c in t["calls"]:
+            out.print(f"    [blue]call[/blue] {c['tool']}({c['arguments']})", soft_wrap=True)
+        for m in t["memory"]:
+            out.print(f"    [yellow]memory[/yellow] {m['text']}", soft_wrap=True)
+        if t["summary"] is not None:
+            out.print(f"    [green]summary[/green] {t['summary']}", soft_wrap=True)
+        for c in t["pending_calls"]:
+            out.print(f"    [blue]planned[/blue] {c['call_id']}", soft_wrap=True)
+        for c in t["committed"]:
+            out.print(f"    [red]fired[/red] {c['tool']}({args_text(c['args'])}) {c['call_id']}", soft_wrap=True)
+    for r in doc["receipts"]:
+        out.print(f"receipt: {r['method']} τ={r['tau']} T={r['T']} checkpoint {r['checkpoint']}, "
+                  f"{r['transitions']} transitions, {len(r['compensation'] or [])} compensation(s)")
+    plan = doc.get("forget_plan")
+    if plan:
+        out.print(f"forget {', '.join(plan['sources'])}: τ={plan['tau']}, restore R_{plan['checkpoint']}, replay "
+                  f"{plan['transitions']} transitions; I(z) = {len(plan['taint'])} artifacts: "
+                  f"{', '.join(plan['taint'])}", soft_wrap=True)
+    if graph is not None:
+        out.print(f"wrote {graph}")
+    write_json(doc, json_path)
+
+
+@app.command()
+def demo(model: str = typer.Option("smollm2", help="Model to run the story on."),
+         json_path: Optional[Path] = typer.Option(None, "--json", help="Write the outcome here.")) -> None:
+    """A two-minute story: reveal an address, derive from it, revoke it, forget it exactly."""
+    from unsee.impl.experiments.demo import run_demo
+
+    doc = run_demo(model, out)
+    write_json(doc, json_path)
+    if not (doc["exact"] and doc["optimal"]):
+        raise typer.Exit(1)
