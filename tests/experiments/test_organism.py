@@ -396,7 +396,7 @@ def test_each_model_card_is_what_its_measurements_render(name):
     import json
 
     from unsee.impl.engine.models import ORGANISMS as FOLDERS
-    from unsee.impl.organism.evaluate import card
+    from unsee.impl.organism.card import card
 
     folder = FOLDERS[name]
     doc, training = (json.loads((folder / f).read_text()) for f in ("evaluation.json", "training.json"))
