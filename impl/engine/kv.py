@@ -346,20 +346,33 @@ class KVEngine:
                 out[i, 1] = v[0, :, start:end, :]
             return out
 
-    def append_pages(self, pages) -> None:
-        """Append K/V pages (as `rows` returns them) after the resident positions: no compute."""
-        if self.recorder is not None:
-            self.recorder.append(Append("pages", len(self), sum(p.shape[3] for p in pages)))
-        rows = len(self) + sum(p.shape[3] for p in pages)
+    def append_pages(self, pages, rows: int | None = None) -> int:
+        """Append K/V pages (as `rows` returns them) after the resident positions: no compute.
+
+        `pages` may be an iterator: each page is copied into the cache and dropped before the next
+        is read, so a restore holds one page besides the cache, not all of them. `rows` (at least
+        the rows the pages hold; by default their sum, which needs a list) sizes the one
+        allocation, with room for a suffix of a quarter as many. Returns the rows appended."""
+        start = len(self)
+        if rows is None:
+            pages = list(pages)
+            rows = sum(p.shape[3] for p in pages)
+        n = 0
         with torch.inference_mode():
+            total = start + rows
             for layer in self.cache.layers:  # one allocation, not one per page
                 if isinstance(layer, RowsLayer):
-                    layer.reserve(rows + rows // 4)  # and room for a suffix of a quarter as many
+                    layer.reserve(total + total // 4)
             for page in pages:  # [L, 2, h, n, d]
                 page = page.to(self.device)
                 for i, layer in enumerate(self.cache.layers):
                     layer.update(page[i, 0].unsqueeze(0), page[i, 1].unsqueeze(0))  # copied in place
+                n += page.shape[3]
+                del page
+        if self.recorder is not None:
+            self.recorder.append(Append("pages", start, n))
         self.logits = None
+        return n
 
     def crop(self, length: int, fresh_storage: bool = True) -> None:
         """Keep the first `length` positions; overwrite the dropped K/V bytes with zeros.

@@ -197,16 +197,22 @@ class TorchLM:
             self.epoch += 1
         else:
             self.empty()
-        pages = []
-        while keep + len(pages) < len(blocks) and self.kv_pages:
-            page = self.page(keys[keep + len(pages)])
-            if page is None:
-                break
-            pages.append(page)
-        if pages:
-            self.engine.append_pages(pages)
+        # blocks with a K/V page are read back, each copied into the cache as it is read and then
+        # dropped (one page held at a time besides the cache)
+        paged = 0
+        first = self.page(keys[keep]) if self.kv_pages and keep < len(blocks) else None
+
+        def pages():
+            nonlocal paged, first
+            page, first = first, None
+            while page is not None:
+                paged += 1
+                yield page
+                page = self.page(keys[keep + paged]) if keep + paged < len(blocks) else None
+        if first is not None:
+            self.engine.append_pages(pages(), rows=len(tokens) - (blocks[keep - 1].end if keep else 0))
         computed = 0
-        for b in blocks[keep + len(pages):]:  # the canonical schedule: header, then the reply, one prefill each
+        for b in blocks[keep + paged:]:  # the canonical schedule: header, then the reply, one prefill each
             self.engine.prefill(tokens[b.start:b.start + b.prefill], logits=False)  # only the K/V rows are read
             self.engine.prefill(tokens[b.start + b.prefill:b.end], logits=False)
             computed += b.end - b.start

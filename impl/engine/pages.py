@@ -70,9 +70,15 @@ def to_bytes(page) -> bytes:
 
 
 def from_bytes(blob: bytes, layout: dict, device):
+    """The page stored as `blob`. On the CPU a read-only view of the blob's own bytes (no copy:
+    the bytes whose digest was checked are the bytes read); its reader copies it and never writes it."""
+    import warnings
+
     import torch
 
     dtype = getattr(torch, layout["dtype"])
-    flat = torch.frombuffer(bytearray(blob), dtype=torch.uint8).view(dtype)
+    with warnings.catch_warnings():  # bytes are immutable: torch warns that writes would be undefined
+        warnings.simplefilter("ignore", UserWarning)
+        flat = torch.frombuffer(blob, dtype=torch.uint8).view(dtype)
     L, h, d = layout["layers"], layout["kv_heads"], layout["head_dim"]
     return flat.reshape(L, 2, h, -1, d).to(device)

@@ -7,12 +7,14 @@ import json
 import shutil
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 
 from tests.kv_helpers import EPISODE, FAMILIES
 from tests.store.test_cli_store import unsee
 from tests.store.test_durability import persisted_bytes
+from unsee.impl.engine.pages import from_bytes
 from unsee.impl.engine.runtime import KVRuntime
 from unsee.impl.store.session import open_runtime
 from unsee.impl.store.episode import write_episode
@@ -204,3 +206,31 @@ def test_smollm2_pages_restore_the_resident_cache_bit_for_bit(tmp_path, dtype):
     rows = restore_every_checkpoint(tmp_path, "smollm2", dtype)
     assert all(computed == 0 for _, computed, _ in rows), rows
     assert all(eq for _, _, eq in rows), rows
+
+
+@pytest.mark.tiny
+def test_a_restore_copies_each_page_in_before_it_reads_the_next(tmp_path):
+    """The pages of a restore are streamed: when a page is read, every page before it is already in
+    the cache, so a restore holds one page besides the cache (a fresh process's restore of a
+    4,820-token SmolLM2 store went from 1.43 s to 0.52 s, most of it memory faulted in for
+    pages held all at once). A stored page is a view of the verified bytes, not a copy."""
+    rt, resident = run_recording("tiny-llama", "float32")
+    db = tmp_path / "s.db"
+    st = Store(db, create=True)
+    st.save(rt.session, "tiny-llama", dict(rt.digest()))
+    fresh = open_runtime(st)
+    read, lengths = fresh.model.page_source, []
+
+    def source(key):
+        lengths.append(len(fresh.engine))
+        return read(key)
+    fresh.model.page_source = source
+    r = fresh.session.states[len(EPISODE)]
+    _, computed = fresh.model.rebuild(r.tokens, r.blocks)
+    assert computed == 0 and len(lengths) == len(r.blocks) > 1
+    assert lengths == [1 + b.start for b in r.blocks]  # page k is read once pages 0..k-1 sit in the cache
+    assert kv_equal(fresh.engine.kv_tensors(), resident[len(EPISODE)])
+    blob = st.db.execute("SELECT data FROM pages LIMIT 1").fetchone()[0]
+    page = from_bytes(blob, json.loads(st.meta("kv_pages")), "cpu")
+    assert page.data_ptr() == np.frombuffer(blob, np.uint8).ctypes.data  # the blob's own bytes
+    st.close()
