@@ -66,11 +66,20 @@ def plot(doc: dict, path) -> list[str]:
                         fontsize=9)
         _legend(ax[0])
     ind = [r["indep"] for r in doc["indep_sweep"]]
-    _lines(ax[1], ind, [(m, [r[m]["tokens_decoded"] for r in doc["indep_sweep"]], style)
-                        for m, style in (("B5", "s-"), ("B5'", "^-"), ("B7", "o-"), ("B7-oracle", "d--"))])
-    ax[1].set_xlabel("indep (fraction of post-τ turns independent of z)")
+    methods = [m for m in ("B5", "B5'", "B7", "B7-oracle") if m in doc["indep_sweep"][0]]
+    if len(ind) == 1:  # one indep measured: a bar per method, not a line of one point
+        row = doc["indep_sweep"][0]
+        ax[1].bar(range(len(methods)), [row[m]["tokens_decoded"] for m in methods],
+                  color=[COLORS[m] for m in methods], label=[f"{m}: {row[m]['tokens_decoded']}" for m in methods])
+        ax[1].set_xticks(range(len(methods)), methods)
+        ax[1].set_xlabel(f"method (indep {ind[0]:g}: the fraction of post-τ turns independent of z)")
+    else:
+        _lines(ax[1], ind, [(m, [r[m]["tokens_decoded"] for r in doc["indep_sweep"]], style)
+                            for m, style in (("B5", "s-"), ("B5'", "^-"), ("B7", "o-"), ("B7-oracle", "d--"))
+                            if m in methods])
+        ax[1].set_xlabel("indep (fraction of post-τ turns independent of z)")
     ax[1].set_ylabel("tokens decoded")
-    ax[1].set_title(f"decode cost vs indep (T={doc['paper_shape']['T']}, τ={doc['paper_shape']['tau']})")
+    ax[1].set_title(f"decode cost vs indep (T={doc['paper_shape']['T']}, τ={doc['paper_shape']['tau']})", fontsize=9)
     _legend(ax[1])
     if cross:
         import numpy as np
