@@ -368,7 +368,7 @@ class KVEngine:
                 for i, layer in enumerate(self.cache.layers):
                     layer.update(page[i, 0].unsqueeze(0), page[i, 1].unsqueeze(0))  # copied in place
                 n += page.shape[3]
-                del page
+                del page  # released before the iterator reads the next page
         if self.recorder is not None:
             self.recorder.append(Append("pages", start, n))
         self.logits = None

@@ -197,20 +197,19 @@ class TorchLM:
             self.epoch += 1
         else:
             self.empty()
-        # blocks with a K/V page are read back, each copied into the cache as it is read and then
-        # dropped (one page held at a time besides the cache)
-        paged = 0
-        first = self.page(keys[keep]) if self.kv_pages and keep < len(blocks) else None
+        paged = 0  # leading blocks whose rows were read back from a K/V page
 
-        def pages():
-            nonlocal paged, first
-            page, first = first, None
+        def pages(page):
+            """Each page, read only once the one before it is in the cache (one held at a time)."""
+            nonlocal paged
             while page is not None:
                 paged += 1
                 yield page
                 page = self.page(keys[keep + paged]) if keep + paged < len(blocks) else None
-        if first is not None:
-            self.engine.append_pages(pages(), rows=len(tokens) - (blocks[keep - 1].end if keep else 0))
+        first = self.page(keys[keep]) if self.kv_pages and keep < len(blocks) else None
+        if first is not None:  # no page at all: nothing appended, nothing recorded
+            stream, first = pages(first), None  # the stream alone holds the first page
+            self.engine.append_pages(stream, rows=len(tokens) - (blocks[keep - 1].end if keep else 0))
         computed = 0
         for b in blocks[keep + paged:]:  # the canonical schedule: header, then the reply, one prefill each
             self.engine.prefill(tokens[b.start:b.start + b.prefill], logits=False)  # only the K/V rows are read
