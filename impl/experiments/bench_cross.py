@@ -39,6 +39,20 @@ def forget_in_new_process(db: Path, method: str, receipt: Path, source: str = "z
     return {"receipt": doc, "process_seconds": wall}
 
 
+def differing_layers(digests: dict) -> dict[str, list[str]]:
+    """{method: the layers whose digest differs from B5's} for each method that differs (a
+    method without digests differs in every layer B5 has)."""
+    ref = digests.get("B5") or {}
+    out = {}
+    for m, d in digests.items():
+        if m == "B5":
+            continue
+        layers = sorted(k for k in ref.keys() | (d or {}).keys() if (d or {}).get(k) != ref.get(k))
+        if layers:
+            out[m] = layers
+    return out
+
+
 def _median_or_none(xs):
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
@@ -85,7 +99,9 @@ def cross_process(model: str, T: int, tau: int, indeps, reply: int, repeats: int
                           "recomputed": r["tokens_prefilled"] + r["tokens_decoded"] + r.get("tokens_verified", 0)
                           + r["tokens_rematerialized"],
                           "tau": r["tau"], "T": r["T"], "checkpoint": r["checkpoint"]}
-            row["digests_equal"] = digests["B5"] is not None and digests["B5"] == digests["B7"] == digests["B5'"]
+            row["digests"] = digests
+            row["digests_differ"] = differing_layers(digests)
+            row["digests_equal"] = digests["B5"] is not None and not row["digests_differ"]
             rows.append(row)
             if on_point:
                 on_point()

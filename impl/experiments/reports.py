@@ -306,7 +306,9 @@ def cross_process_report(doc: dict) -> list:
             t.add(str(r["indep"]), m, str(d["transitions"]), str(d["tokens_prefilled"]), str(d["tokens_decoded"]),
                   fmt(d.get("tokens_verified")), f"{fmt(d.get('replies_skipped'))}/{fmt(d.get('replies'))}",
                   str(d["tokens_rematerialized"]), fmt(d.get("tokens_restored")), fmt(d.get("tokens_reused")))
-    each = ", ".join(f"indep {r['indep']}: {'yes' if r['digests_equal'] else 'NO'}" for r in rows)
+    each = ", ".join(f"indep {r['indep']}: " + ("yes" if r["digests_equal"] else "NO (" + "; ".join(
+        f"{m} differs in {', '.join(layers)}" for m, layers in r.get("digests_differ", {}).items()) + ")")
+        for r in rows)
     secs = Tab("across processes: seconds (median of repeats)",
                ("indep", "method", "load", "forget", "save", "whole process"))
     for r in rows:

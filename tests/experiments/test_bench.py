@@ -249,7 +249,8 @@ def test_agent_shape_across_processes(tmp_path):
         assert (b5["transitions"], b5["checkpoint"], b5["tokens_rematerialized"]) == (16, 0, 0)
         assert b7["recomputed"] < b5["recomputed"]
         assert b7["tokens_rematerialized"] + (b7.get("tokens_restored") or 0) == prefix
-        assert r["digests_equal"]  # B7 in one process and B5 in another reach the same state, every layer
+        assert r["digests_equal"] and r["digests_differ"] == {}  # B7 and B5 in fresh processes: one state
+        assert r["digests"]["B7"] == r["digests"]["B5"] == r["digests"]["B5'"]
         assert b7["process_seconds"] > 0 and b7["seconds"] is not None
     assert doc["tokens_rematerialized"] == doc["cross_process"][0]["B7"]["tokens_rematerialized"]
 
@@ -444,3 +445,13 @@ def test_the_model_has_no_mode_that_trusts_a_marking():
     for f in (session.selective_replay, session.replay_suffix, session.append, state.step, state._Turn,
               lm.LM.decode, lm.ReferenceLM.decode, TorchLM.decode):
         assert not {"mode", "independent", "trust"} & set(inspect.signature(f).parameters), f.__qualname__
+
+
+def test_a_cross_process_row_names_the_layers_where_a_method_left_b5():
+    """The row keeps each method's digests and names what differs, so a mismatch can be chased."""
+    from unsee.impl.experiments.bench_cross import differing_layers
+
+    b5 = {"kv": "a", "transcript": "b", "memory": "c"}
+    assert differing_layers({"B5": b5, "B5'": dict(b5), "B7": dict(b5)}) == {}
+    assert differing_layers({"B5": b5, "B5'": dict(b5), "B7": {**b5, "kv": "x"}}) == {"B7": ["kv"]}
+    assert differing_layers({"B5": b5, "B7": None}) == {"B7": ["kv", "memory", "transcript"]}
