@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
+from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
-from typing import NoReturn, Optional
+from typing import Iterator, NoReturn, Optional
 
 import typer
 from rich.console import Console
@@ -107,8 +109,30 @@ def progress(every: float = 30.0) -> Progress:
     return LineProgress(every)
 
 
-
 def fail(e: Exception, code: int = 2) -> NoReturn:
     console.print(f"[red]error:[/red] {e}", soft_wrap=True)
     raise typer.Exit(code)
 
+
+
+@contextmanager
+def opened_store(db: Path, on_sqlite_error: str = "") -> Iterator:
+    """The session store at `db`, open for the body and closed however it ends; a recovery the
+    open made is printed, and bad input, a refused store or an SQLite error ends the command
+    with one line (`on_sqlite_error` is appended to the last: what the store still holds)."""
+    from unsee.impl.store.sqlite import Store
+    from unsee.model import UnseeError
+
+    store = None
+    try:
+        store = Store(db)
+        if store.recovered:
+            console.print(f"[yellow]{store.recovered}[/yellow]")
+        yield store
+    except (UnseeError, ValueError) as e:
+        fail(e)
+    except sqlite3.Error as e:
+        fail(UnseeError(f"{db}: {e}{on_sqlite_error}"))
+    finally:
+        if store is not None:
+            store.close()

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.table import Table
 
-from unsee.impl.cli.common import Attn, Dtype, KvPages, Method, Policy, app, args_text, console, fail, out, progress, write_json
+from unsee.impl.cli.common import (Attn, Dtype, KvPages, Method, Policy, app, args_text, console, fail, opened_store, out,
+                                   progress, write_json)
 
 
 @app.command()
@@ -72,24 +72,11 @@ def forget(db: Path = typer.Option(..., help="The session store."),
            json_path: Optional[Path] = typer.Option(None, "--json", help="Write the receipt here.")) -> None:
     """Forget sources from a stored session and write the receipt (atomically)."""
     from unsee.impl.store.session import forget_stored
-    from unsee.impl.store.sqlite import Store
-    from unsee.model import UnseeError
 
     method = method.value
-    store = None
-    try:
-        store = Store(db)
-        if store.recovered:
-            console.print(f"[yellow]{store.recovered}[/yellow]")
-        with console.status(f"forgetting {len(source)} source(s) ({method}) from {db}"):
-            rt, doc = forget_stored(store, list(source), method, model=model)
-    except (UnseeError, ValueError) as e:
-        fail(e)
-    except sqlite3.Error as e:
-        fail(UnseeError(f"{db}: {e}; the store holds the session as it was before this forget"))
-    finally:
-        if store is not None:
-            store.close()
+    with opened_store(db, "; the store holds the session as it was before this forget") as store, \
+            console.status(f"forgetting {len(source)} source(s) ({method}) from {db}"):
+        rt, doc = forget_stored(store, list(source), method, model=model)
     table = Table(title=f"receipt: forget {len(source)} source(s) ({method})")
     table.add_column("field")
     table.add_column("value", justify="right")
@@ -122,27 +109,14 @@ def check(db: Path = typer.Option(..., help="The session store."),
 
     The full reset runs from the stored log; every layer is compared."""
     from unsee.impl.store.session import check_store
-    from unsee.impl.store.sqlite import Store
-    from unsee.model import UnseeError
 
-    store = None
-    try:
-        store = Store(db)
-        if store.recovered:
-            console.print(f"[yellow]{store.recovered}[/yellow]")
+    with opened_store(db) as store:
         if fast:
             doc = check_store(store, fast=True)
         else:
             with progress() as p:
                 task = p.add_task("full reset from the log", total=store.length())
                 doc = check_store(store, on_step=lambda: p.advance(task))
-    except (UnseeError, ValueError) as e:
-        fail(e)
-    except sqlite3.Error as e:
-        fail(UnseeError(f"{db}: {e}"))
-    finally:
-        if store is not None:
-            store.close()
     if fast:
         bad = doc["pages_damaged"]
         out.print(f"[green]verified[/green] T={doc['T']}: every row and {doc['pages'] - len(bad)} of {doc['pages']} "
@@ -175,24 +149,16 @@ def show(db: Path = typer.Option(..., help="The session store."),
     Each turn's observation with its source ids, the model's replies, memory, summaries, tool
     calls, side effects and receipts."""
     from unsee.impl.store.show import draw_graph, forget_plan, session_view
-    from unsee.impl.store.sqlite import Store
     from unsee.model import UnseeError
 
-    store = None
-    try:
-        store = Store(db)
+    if graph is not None and graph.suffix not in (".png", ".svg"):
+        fail(UnseeError(f"--graph takes a .png or .svg path, got {graph}"))
+    with opened_store(db) as store:
         doc = session_view(store)
         if source:
             doc["forget_plan"] = forget_plan(store, list(source))
         if graph is not None:
-            if graph.suffix not in (".png", ".svg"):
-                raise UnseeError(f"--graph takes a .png or .svg path, got {graph}")
             doc["graph"] = draw_graph(store, graph, tuple(source or ()))
-    except (UnseeError, ValueError) as e:
-        fail(e)
-    finally:
-        if store is not None:
-            store.close()
     out.print(f"[bold]{db}[/bold]: {doc['model']}, T={doc['T']}, policy {doc['policy']}, "
               f"checkpoints at {doc['checkpoints']}")
     for t in doc["turns"]:
