@@ -148,7 +148,7 @@ def _group_flags(group: dict) -> list[str]:
     """A group's non-zero floors: as its result records them, or read off B5's row (older results)."""
     if "floor_flags" in group:
         return group["floor_flags"]
-    from unsee.impl.experiments.audit import group_flags  # what `by_group` records in newer results
+    from unsee.impl.experiments.audit_summary import group_flags  # what `by_group` records in newer results
 
     return group_flags(group["methods"])
 

@@ -127,7 +127,7 @@ def test_a_needle_whose_token_the_counterfactual_holds_is_dropped():
 
 
 def test_an_episode_without_a_valid_needle_has_no_leak_values(tmp_path):
-    from unsee.impl.experiments.audit import LEAK_KEYS, summarize
+    from unsee.impl.experiments.audit_summary import LEAK_KEYS, summarize
     from unsee.impl.experiments.cases import validate_needles
     from unsee.impl.experiments.reports import audit_markdown
 
@@ -159,7 +159,7 @@ def _row(leak: float, kl: float = 0.0) -> dict:
 
 
 def test_a_non_zero_floor_is_flagged_in_json_and_every_table():
-    from unsee.impl.experiments.audit import summarize
+    from unsee.impl.experiments.audit_summary import summarize
     from unsee.impl.experiments.reports import FLAG, audit_floor_line, audit_markdown, audit_tabs
 
     rows = {"B5": [_row(1.0), _row(0.0)], "B0": [_row(1.0, 0.1), _row(1.0, 0.2)]}
@@ -179,7 +179,7 @@ def test_a_non_zero_floor_is_flagged_in_json_and_every_table():
 def test_leaks_are_broken_down_by_suite_and_by_kind_of_fact():
     """The JSON and the tables break leaks down by AgentDojo suite (or memory fact kind), each
     over that group's episodes with a valid needle."""
-    from unsee.impl.experiments.audit import group_of, summarize
+    from unsee.impl.experiments.audit_summary import group_of, summarize
     from unsee.impl.experiments.reports import FLAG, audit_tabs
 
     assert group_of("slack/user_task_13/injection_task_3") == "slack"
@@ -210,7 +210,7 @@ def test_leaks_are_broken_down_by_suite_and_by_kind_of_fact():
 def test_the_paired_tests_cover_the_probes_and_the_choice():
     """McNemar on any leak, on Leak@probes and (a preference suite) on the avoid choice, each
     paired with B5 episode by episode; an older result without the new columns still renders."""
-    from unsee.impl.experiments.audit import summarize
+    from unsee.impl.experiments.audit_summary import summarize
     from unsee.impl.experiments.statistics import mcnemar_exact
     from unsee.impl.experiments.reports import audit_tabs
 
