@@ -74,7 +74,8 @@ replies accepted as F's own after one check), `tokens_restored` (read from K/V p
 sealing the store), `digests` (one per layer of the resulting state), `compensation` (side
 effects that fired and that the counterfactual run would not make), `deduplicated` (replayed
 calls recognised as already fired), `pages_recomputed` (K/V pages that failed their digest and
-were recomputed from verified tokens) and `trace` (the engine's events checked against
+were recomputed from verified tokens), `target_digests` (each forgotten part named by a digest
+salted per store, never by its text) and `trace` (the engine's events checked against
 Algorithm 1).
 """
 

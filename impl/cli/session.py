@@ -80,9 +80,9 @@ def forget(db: Path = typer.Option(..., help="The session store."),
     table = Table(title=f"receipt: forget {len(source)} source(s) ({method})")
     table.add_column("field")
     table.add_column("value", justify="right")
-    for k in ("tau", "T", "checkpoint", "transitions", "tokens_prefilled", "tokens_decoded", "tokens_verified",
-              "tokens_restored", "tokens_reused", "tokens_rematerialized", "seconds", "import_seconds", "load_seconds", "open_seconds",
-              "save_seconds"):
+    for k in ("tau", "T", "checkpoint", "transitions", "replies", "replies_skipped", "tokens_prefilled",
+              "tokens_decoded", "tokens_verified", "tokens_restored", "tokens_reused", "tokens_rematerialized",
+              "seconds", "import_seconds", "load_seconds", "open_seconds", "save_seconds"):
         table.add_row(k, str(doc[k]))
     table.add_row("compensation", str(len(doc["compensation"])))
     out.print(table)
@@ -174,8 +174,19 @@ def show(db: Path = typer.Option(..., help="The session store."),
             out.print(f"    [green]summary[/green] {t['summary']}", soft_wrap=True)
         for c in t["pending_calls"]:
             out.print(f"    [blue]planned[/blue] {c['call_id']}", soft_wrap=True)
-        for c in t["committed"]:
+        recorded = {c["call_id"]: c for c in t["committed"]}
+        for c in t["fired"]:
             out.print(f"    [red]fired[/red] {c['tool']}({args_text(c['args'])}) {c['call_id']}", soft_wrap=True)
+            r = recorded.pop(c["call_id"], None)
+            if r is None:
+                out.print("      [yellow]needs compensation[/yellow]: the state after the forget makes no such "
+                              "call", soft_wrap=True)
+            elif (r["tool"], r["args"]) != (c["tool"], c["args"]):
+                out.print(f"      [yellow]needs compensation[/yellow]: the state after the forget records "
+                              f"{r['tool']}({args_text(r['args'])}) instead; a replay fires nothing", soft_wrap=True)
+        for r in recorded.values():
+            out.print(f"    [yellow]recorded, never fired[/yellow] {r['tool']}({args_text(r['args'])}) {r['call_id']}: "
+                      "a replay fires nothing (needs compensation)", soft_wrap=True)
     for r in doc["receipts"]:
         out.print(f"receipt: {r['method']} τ={r['tau']} T={r['T']} checkpoint {r['checkpoint']}, "
                   f"{r['transitions']} transitions, {len(r['compensation'] or [])} compensation(s)")

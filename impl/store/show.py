@@ -2,7 +2,9 @@
 
 `session_view` decodes every turn: the observation's parts with their source ids, the replies
 the model decoded, memory records, the summary a compaction wrote, pending tool calls, the side
-effects that fired, and the receipts of earlier forgets. `draw_graph` draws G_T with one column
+effects the state's ledger records and those that went out (after a forget they can differ:
+a replay fires nothing, so what went out stays, and the difference is a compensation), and the
+receipts of earlier forgets. `draw_graph` draws G_T with one column
 per turn; given a source, it marks the artifacts that carried it, its taint closure I(z), the
 first entry τ and the checkpoint a forget would restore (Algorithm 1, lines 1–4, computed by
 `unsee.model`).
@@ -84,6 +86,8 @@ def session_view(store, decode=None) -> dict:
     decode = decode or decoder_for(store)
     turns = [turn_view(t, o, s.states[t - 1], s.states[t], decode) for t, o in enumerate(s.observations, 1)]
     world = [{"call_id": e.call_id, "tool": e.tool, "args": arguments(e.args), "turn": e.turn} for e in s.world]
+    for view in turns:  # what went out at t, beside what R_t's ledger records (they differ after a forget)
+        view["fired"] = [{k: e[k] for k in ("call_id", "tool", "args")} for e in world if e["turn"] == view["t"]]
     receipts = [{k: r.get(k) for k in ("method", "sources", "tau", "T", "checkpoint", "transitions",
                                        "compensation", "pages_recomputed")} for r in store.receipts()]
     return {"model": store.meta("model"), "policy": s.policy, "T": s.T,
@@ -94,6 +98,11 @@ def forget_plan(store, sources) -> dict:
     """What a forget of `sources` would touch: the carrying artifacts, τ, I(z) and the checkpoint."""
     from unsee.model.session import choose_checkpoint, locate_target, suffix_closure
 
+    from unsee.model import UnseeError
+
+    for src in sources:
+        if store.is_forgotten(src):
+            raise UnseeError(f"source {src!r} was already forgotten from {store.path}: a forget would touch nothing")
     s = store.load(None)
     carriers, tau = locate_target(s, list(sources))
     taint = suffix_closure(s.state.artifacts, carriers)

@@ -33,12 +33,21 @@ def test_show_decodes_every_turn_and_marks_what_a_forget_touches(tmp_path):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     assert "[addr] The user's home address" in res.output and "fired send(" in res.output
     assert runner.invoke(app, ["forget", "--db", str(db), "--source", "addr"]).exit_code == 0
-    after = runner.invoke(app, ["show", "--db", str(db), "--graph", str(tmp_path / "after.svg")])
+    after = runner.invoke(app, ["show", "--db", str(db), "--graph", str(tmp_path / "after.svg"),
+                                "--json", str(tmp_path / "after.json")])
     assert after.exit_code == 0 and "receipt: B7 τ=3 T=7 checkpoint 2, 5 transitions" in after.output
     assert "42 Wallaby Way" not in after.output
     assert (tmp_path / "after.svg").read_text().lstrip().startswith("<?xml")
+    # what went out stays what went out; the forgotten state records the twin's call, and the
+    # view shows both (the send's arguments were decoded from a context that held the address)
+    sent = next(i for i, t in enumerate(doc["turns"]) if t["fired"])
+    before, now = doc["turns"][sent], json.loads((tmp_path / "after.json").read_text())["turns"][sent]
+    assert now["fired"] == before["fired"] == before["committed"]
+    assert now["committed"][0]["call_id"] == now["fired"][0]["call_id"] and now["committed"] != now["fired"]
+    fired = f"fired send({json.dumps(before['fired'][0]['args'])}) {before['fired'][0]['call_id']}"
+    assert fired in after.output and "needs compensation: the state after the forget records send(" in after.output
     gone = runner.invoke(app, ["show", "--db", str(db), "--source", "addr"])
-    assert gone.exit_code == 2 and "never entered this session" in gone.output
+    assert gone.exit_code == 2 and "'addr' was already forgotten" in gone.output
 
 
 def test_a_step_returns_what_it_produced(tmp_path):
