@@ -161,9 +161,15 @@ def show(db: Path = typer.Option(..., help="The session store."),
             doc["graph"] = draw_graph(store, graph, tuple(source or ()))
     out.print(f"[bold]{db}[/bold]: {doc['model']}, T={doc['T']}, policy {doc['policy']}, "
               f"checkpoints at {doc['checkpoints']}")
+    plan = doc.get("forget_plan")
+    taint = set(plan["taint"]) if plan else set()
     for t in doc["turns"]:
         parts = "  ".join(f"[cyan]\\[{p['source']}][/cyan] {p['text']}" for p in t["parts"]) or "[dim](empty)[/dim]"
-        out.print(f"[bold]t={t['t']}[/bold] {t['kind']}: {parts}", soft_wrap=True)
+        tau = " [red](τ: a forget replays from here)[/red]" if plan and t["t"] == plan["tau"] else ""
+        out.print(f"[bold]t={t['t']}[/bold] {t['kind']}: {parts}{tau}", soft_wrap=True)
+        hit = [a["type"] for a in t["artifacts"] if a["id"] in taint]
+        if hit:
+            out.print(f"    [red]in I(z)[/red]: {', '.join(hit)}", soft_wrap=True)
         for r in t["replies"]:
             out.print(f"    [magenta]reply[/magenta] {r}", soft_wrap=True)
         for c in t["calls"]:
@@ -187,10 +193,11 @@ def show(db: Path = typer.Option(..., help="The session store."),
         for r in recorded.values():
             out.print(f"    [yellow]recorded, never fired[/yellow] {r['tool']}({args_text(r['args'])}) {r['call_id']}: "
                       "a replay fires nothing (needs compensation)", soft_wrap=True)
+        if plan and t["t"] == plan["checkpoint"]:
+            out.print(f"[blue]── checkpoint R_{plan['checkpoint']}: a forget restores it (shared with the twin) ──[/blue]")
     for r in doc["receipts"]:
         out.print(f"receipt: {r['method']} τ={r['tau']} T={r['T']} checkpoint {r['checkpoint']}, "
                   f"{r['transitions']} transitions, {len(r['compensation'] or [])} compensation(s)")
-    plan = doc.get("forget_plan")
     if plan:
         out.print(f"forget {', '.join(plan['sources'])}: τ={plan['tau']}, restore R_{plan['checkpoint']}, replay "
                   f"{plan['transitions']} transitions; I(z) = {len(plan['taint'])} artifacts: "

@@ -136,7 +136,7 @@ def draw_graph(store, path: Path, sources=(), title: str | None = None) -> dict:
         row[a.turn] = row.get(a.turn, 0) + 1
         pos[a.id] = (a.turn, -row[a.turn])
     height = max(row.values(), default=1)
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * (s.T + 1)), max(3.0, 0.55 * height + 1.5)))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.5 * (s.T + 1)), max(3.0, 0.55 * height + 1.5)))  # room for labels
     receipts = store.receipts()
     if receipts and not plan:
         last = receipts[-1]
@@ -160,6 +160,8 @@ def draw_graph(store, path: Path, sources=(), title: str | None = None) -> dict:
         ax.axvline(plan["tau"] - 0.5, color="#d0021b", ls="--", lw=1,
                    label=f"τ = {plan['tau']}: {plan['transitions']} transitions replayed from here")
         ax.scatter([], [], s=160, color="#d0021b", label=f"I(z): {len(taint)} artifacts")
+    for type_ in sorted({a.type for a in arts if a.id not in taint}):  # the key to the other nodes' colours
+        ax.scatter([], [], s=60, color=COLORS.get(type_, "#cccccc"), label=type_)
     ax.set_xticks(range(0, s.T + 1))
     ax.set_xlabel("turn t")
     ax.set_yticks([])
@@ -169,7 +171,7 @@ def draw_graph(store, path: Path, sources=(), title: str | None = None) -> dict:
         ax.spines[side].set_visible(False)
     ax.set_title(title or f"provenance graph of {Path(store.path).name}: {len(arts)} artifacts, T={s.T}")
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2, fontsize=8, frameon=False)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=4, fontsize=8, frameon=False)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

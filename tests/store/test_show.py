@@ -32,6 +32,11 @@ def test_show_decodes_every_turn_and_marks_what_a_forget_touches(tmp_path):
     png = (tmp_path / "g.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     assert "[addr] The user's home address" in res.output and "fired send(" in res.output
+    lines = res.output.splitlines()  # the listing itself marks the checkpoint, τ and what lies in I(z)
+    at = {k: next(i for i, x in enumerate(lines) if k in x) for k in ("checkpoint R_2", "t=2 ", "t=3 ", "t=4 ")}
+    assert at["t=2 "] < at["checkpoint R_2"] < at["t=3 "] and "(τ: a forget replays from here)" in lines[at["t=3 "]]
+    assert "in I(z): memory, memory_record, block" in lines[at["t=3 "] + 1]
+    assert not any("in I(z)" in x for x in lines[:at["t=3 "]])
     assert runner.invoke(app, ["forget", "--db", str(db), "--source", "addr"]).exit_code == 0
     after = runner.invoke(app, ["show", "--db", str(db), "--graph", str(tmp_path / "after.svg"),
                                 "--json", str(tmp_path / "after.json")])
