@@ -28,10 +28,12 @@ class Tally:
     exact: int = 0
     optimal_invocations: int = 0
     coverage: Counter = field(default_factory=Counter)
+    events: bool = True  # also a Hypothesis event (only inside a Hypothesis test)
 
     def note(self, name: str) -> None:
         self.coverage[name] += 1
-        event(name)
+        if self.events:
+            event(name)
 
 
 def present_targets(observations) -> list[str]:
@@ -71,17 +73,60 @@ def coverage_of(ob: S.Observed, tally: Tally, method: str = "B7") -> None:
 
 
 class Trace:
-    """The operations a program ran, as a Python snippet that replays them on the runtime."""
+    """The operations a program ran, as a Python snippet that replays them on the runtime under
+    the kit's checks (`checking`), so that running it raises the failure it was printed for."""
 
     def __init__(self, config: dict | None = None) -> None:
-        self.lines = [f"rt = factory({config!r})  # your runtime, with the drawn config" if config else
-                      "rt = factory()  # your runtime", "rt.reset()"]
+        self.lines = [f"rt = checking(factory, {config!r})  # your runtime (drawn config) under the kit's checks"
+                      if config else "rt = checking(factory)  # your runtime under the kit's checks", "rt.reset()"]
 
     def add(self, line: str) -> None:
         self.lines.append(line)
 
     def code(self) -> list[str]:
-        return ["from unsee.model import Observation, Part", *self.lines]
+        return ["from unsee.model import Observation, Part", "from unsee.specs.harness import checking", *self.lines,
+                "rt.finish()  # the end-of-run check (A1); with rt = factory(...) instead, the bare calls"]
+
+
+class Checking:
+    """A live runtime driven as the kit drives it: `step` passes the observation on and keeps the
+    kit's own copy of the stream; `forget` checks every statement on a fresh observation of that
+    log, then the live forget (after any earlier ones) against the same twin, and the runtime's
+    log before and after; `finish` checks A1 on the final log. A violation raises there."""
+
+    def __init__(self, factory: Callable, policy: str | None = None, tally: Tally | None = None) -> None:
+        self.factory, self.policy = factory, policy
+        self.tally = tally if tally is not None else Tally(events=False)
+        self.rt = checked(call(factory, "factory()", "construction"), "the live runtime")
+        self.log: list = []
+        self.forgotten: tuple = ()  # (source, text) of every part forgotten so far
+        self.history: list[tuple[str, ...]] = []  # the sources of each forget so far
+        self.calls = 0
+
+    def reset(self) -> None:
+        self.rt.reset()
+        self.log, self.forgotten, self.history = [], (), []
+
+    def step(self, observation) -> None:
+        self.calls += 1
+        self.rt.step(observation)
+        self.log.append(observation)
+
+    def forget(self, sources, method: str = "B7", checkpoint: int | None = None, where: str | None = None) -> None:
+        self.calls += 1
+        chosen = tuple(sources)
+        self.log, self.forgotten = forget_live(self.rt, self.factory, self.log, chosen, self.tally, method, checkpoint,
+                                               self.policy, self.forgotten, self.history, where or f"step {self.calls}")
+        self.history.append(chosen)
+
+    def finish(self) -> None:
+        S.assumption_a1_deterministic_decoding(self.factory, tuple(self.log))
+
+
+def checking(factory: Callable, config: dict | None = None) -> Checking:
+    """Your runtime under the kit's checks, as a failure's trace builds it: `factory(config)`
+    (or `factory()` without a config) makes each runtime the checks need."""
+    return Checking((lambda: factory(config)) if config is not None else factory, (config or {}).get("policy"))
 
 
 def check_forget(factory, observations, sources, tally: Tally, method: str = "B7",
@@ -132,33 +177,27 @@ def execute(program, factory: Callable, tally: Tally, trace: Trace | None = None
     own. `policy`: the checkpoint policy the runtime was built with, whose promised
     checkpoints are then checked (None: only the runtime's own list is known)."""
     trace = trace if trace is not None else Trace()
-    rt = checked(call(factory, "factory()", "construction"), "the live runtime")
-    rt.reset()
-    log: list = []
-    forgotten: tuple = ()  # (source, text) of every part forgotten so far
-    history: list[tuple[str, ...]] = []  # the sources of each forget so far
-    for k, (op, arg) in enumerate(program, 1):
+    run = Checking(factory, policy, tally)
+    run.reset()
+    for op, arg in program:
         if op == "obs":
             trace.add(f"rt.step({observation_code(arg)})")
-            rt.step(arg)
-            log.append(arg)
+            run.step(arg)
             continue
-        present = present_targets(log)
+        present = present_targets(run.log)
         if not present:
             continue
         chosen = tuple(sorted({present[i % len(present)] for i in arg.picks}))
-        tau = oracle.first_entry(log, chosen)
+        tau = oracle.first_entry(run.log, chosen)
         checkpoint = None
         if arg.method == "B7" and arg.coarser is not None:
-            before = sorted(b for b in rt.checkpoints if b < tau)
+            before = sorted(b for b in run.rt.checkpoints if b < tau)
             checkpoint = before[arg.coarser % len(before)] if before else None
         args = f"{list(chosen)!r}" + (f", method={arg.method!r}" if arg.method != "B7" else "") + \
             (f", checkpoint={checkpoint}" if checkpoint is not None else "")
-        trace.add(f"receipt = rt.forget({args})")
-        log, forgotten = forget_live(rt, factory, log, chosen, tally, arg.method, checkpoint, policy,
-                                     forgotten, history, f"step {k}")
-        history.append(chosen)
-    S.assumption_a1_deterministic_decoding(factory, tuple(log))
+        trace.add(f"rt.forget({args})")
+        run.forget(chosen, arg.method, checkpoint)  # "step k": k counts the trace's calls, as a rerun of it does
+    run.finish()
 
 
 def forget_live(rt, factory, log, chosen, tally: Tally, method: str = "B7", checkpoint: int | None = None,

@@ -440,3 +440,24 @@ def test_a_graph_with_an_edge_to_a_node_never_added_is_named():
 
     expect(Dangling, "the runtime returned a graph with an edge to or from 'gone', a node it never added at step 1",
            "(rt.graph())")
+
+
+@pytest.mark.parametrize("mutant", ["crop_at_tau", "keeps_hidden_parts", "wrong_log_after_forgets", "ignores_method"])
+def test_a_failure_trace_run_as_printed_raises_the_failure_it_reports(mutant):
+    """The trace is the reproduction: pasted with `factory` the user's factory, it drives the
+    runtime under the kit's checks and raises the statement the run reported; with the kit's
+    `checking` swapped for the bare factory it replays the calls alone."""
+    from unsee.specs import runtimes
+    from unsee.specs.harness import verify
+
+    factory = getattr(runtimes, mutant)
+    doc = verify(lambda cfg: lambda: factory(cfg), examples=30, seed=0, shrink_seconds=5)
+    assert doc["failures"], f"{mutant} passed the kit"
+    for f in doc["failures"]:
+        code = "\n".join(f["trace"])
+        with pytest.raises(AssertionError) as raised:
+            exec(code, {"factory": factory})
+        assert type(raised.value).__name__ == f["statement"]
+        assert str(raised.value).split(":")[0] == f["message"].split(":")[0], (str(raised.value), f["message"])
+        bare = code.replace("from unsee.specs.harness import checking\n", "").replace("checking(factory, ", "factory(")
+        exec(bare.rsplit("\nrt.finish()", 1)[0], {"factory": factory})  # the calls alone raise nothing
