@@ -112,11 +112,11 @@ class Checking:
         self.rt.step(observation)
         self.log.append(observation)
 
-    def forget(self, sources, method: str = "B7", checkpoint: int | None = None, where: str | None = None) -> None:
+    def forget(self, sources, method: str = "B7", checkpoint: int | None = None) -> None:
         self.calls += 1
         chosen = tuple(sources)
         self.log, self.forgotten = forget_live(self.rt, self.factory, self.log, chosen, self.tally, method, checkpoint,
-                                               self.policy, self.forgotten, self.history, where or f"step {self.calls}")
+                                               self.policy, self.forgotten, self.history, f"step {self.calls}")
         self.history.append(chosen)
 
     def finish(self) -> None:
