@@ -130,6 +130,33 @@ class Bundle:
         return digest
 
 
+ALIGNMENT = 64  # bytes: where every weight starts, whatever the load path
+
+
+def aligned(model) -> int:
+    """Move every parameter and buffer that does not start on an ALIGNMENT-byte boundary into
+    fresh memory, which does; returns how many moved. A matrix product's bits depend on where
+    its operands start: the CPU kernels take another path for an unaligned one and sum in
+    another order. Weights read from a safetensors file (the converted-weights cache, an
+    organism's folder) are views into the mapped file at whatever offset its header leaves
+    (SmolLM2's: 40 bytes past a boundary), while a model converted or built in memory starts
+    on one, and SmolLM2's decode logits differed between the two. So the same store would
+    replay to other bits in a process that read its model from the cache than in the process
+    that converted it. Tied weights stay tied (a parameter object is moved once)."""
+    moved = 0
+    with torch.no_grad():
+        for p in model.parameters():  # unique objects: a tied embedding is moved once
+            if p.data_ptr() % ALIGNMENT:
+                p.data = p.data.clone(memory_format=torch.contiguous_format)
+                moved += 1
+        for mod in model.modules():
+            for name, b in mod._buffers.items():
+                if b is not None and b.data_ptr() % ALIGNMENT:
+                    mod._buffers[name] = b.clone(memory_format=torch.contiguous_format)
+                    moved += 1
+    return moved
+
+
 def pick_device(device: str | None) -> torch.device:
     if device:
         return torch.device(device)
@@ -464,6 +491,7 @@ def load(name: str, dtype: str = "float32", device: str | None = None, attn: str
     else:
         raise UnknownModel(f"unknown model {name!r}: use one of {', '.join(TINY + tuple(ORGANISMS))}, smollm2, "
                            "a local model folder or a .gguf file")
+    aligned(b.model)
     b.load_seconds = time.perf_counter() - started
     _CACHE[key] = b
     return b

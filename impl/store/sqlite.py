@@ -42,7 +42,7 @@ from unsee.impl.engine.pages import ITEMSIZE, from_bytes, to_bytes
 from unsee.impl.store import locking
 from unsee.impl.store.digests import (canonical, chain_of, check_tail, identity_of, link, page_digest, seal,
                                       verify_rows)
-from unsee.impl.store.encoding import (FORMAT, INDEXES, MAGIC, SCHEMA, Deltas, StoredStates, checkpoint_from,
+from unsee.impl.store.encoding import (CHANGED, FORMAT, INDEXES, MAGIC, SCHEMA, Deltas, StoredStates, checkpoint_from,
                                        checkpoint_json, delta_json, json_rows, sources_json, stored_artifact)
 from unsee.impl.store.errors import ConcurrentChange, IntegrityError, StoreError
 from unsee.model.session import Session
@@ -94,9 +94,10 @@ class Store:
             raise StoreError(f"{self.path} was written by a newer unsee (store format {fmt} > {FORMAT}); upgrade unsee")
         if int(fmt) < FORMAT:
             raise StoreError(
-                f"{self.path} is a store of format {fmt}, written before tool calls carried JSON arguments "
-                f"(format {FORMAT}); its recorded transitions are not the ones this unsee's F makes, so it "
-                "cannot be migrated. Re-run its episode into a new store: unsee run EPISODE --db NEW.db")
+                f"{self.path} is a store of format {fmt}; this unsee writes format {FORMAT}, and since then "
+                + "; ".join(CHANGED[k] for k in range(int(fmt) + 1, FORMAT + 1) if k in CHANGED)
+                + ". Its recorded transitions are not the ones this unsee's F makes, so it cannot be migrated. "
+                "Re-run its episode into a new store: unsee run EPISODE --db NEW.db")
         if self.meta("pending_forget") is not None:
             self._recover()
 

@@ -287,6 +287,32 @@ def test_load_records_time_and_origin(cache, gguf, monkeypatch):
     assert t.cached is False and t.load_seconds > 0
 
 
+@pytest.mark.tiny
+def test_every_load_path_leaves_each_weight_on_a_64_byte_boundary():
+    """A product's bits depend on where its operands start, and a safetensors read leaves the
+    weights where the file's header puts them (recall-tiny's: 16 bytes past a boundary)."""
+    b = models.load("recall-tiny")  # a safetensors folder, read as a mapped file
+    assert all(p.data_ptr() % models.ALIGNMENT == 0 for p in b.model.parameters())
+    assert all(x.data_ptr() % models.ALIGNMENT == 0 for x in b.model.buffers())
+    # the move itself: every weight a view into one flat buffer, one float past a boundary, a tied pair among them
+    model = tied_llama(torch.float32, "eager")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    params = list(model.parameters())
+    flat = torch.empty(1 + sum(p.numel() for p in params))
+    at = 1
+    with torch.no_grad():
+        for p in params:
+            p.data = flat[at:at + p.numel()].view_as(p).copy_(p.data)
+            at += p.numel()
+    off = sum(p.data_ptr() % models.ALIGNMENT != 0 for p in params)
+    assert off == len(params)  # every size here is a multiple of 16 floats: each starts 4 bytes past a boundary
+    assert models.aligned(model) == off
+    assert all(p.data_ptr() % models.ALIGNMENT == 0 for p in model.parameters())
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in before.items())
+    assert models.aligned(model) == 0
+
+
 # A fresh process loads SmolLM2 and prints what it got. The weight hash is computed here, not
 # with models.weights_digest, so a bug there cannot make both sides agree.
 PROBE = r"""
@@ -300,10 +326,15 @@ for name, t in sorted(b.model.state_dict().items()):
     h.update(f"{name} {t.dtype} {tuple(t.shape)}".encode())
     h.update(t.view(-1).view(torch.uint8).numpy().tobytes())
 ids = b.template.block("user", "Ship the gift to 221B Baker Street, Zürich") + b.template.header("plan")
-with torch.no_grad():
-    logits = b.model(torch.tensor([ids], device=b.device)).logits.cpu().contiguous()
+from unsee.impl.engine.kv import KVEngine
+e = KVEngine(b.model, b.device)  # a prefill, then short forwards over its cache (a replay's mix)
+logits = hashlib.sha256()
+for block in (ids, ids[:1], ids[1:7], ids[7:8], ids[8:10]):
+    e.prefill(block)
+    logits.update(e.logits.cpu().contiguous().numpy().tobytes())
 print(json.dumps({"cached": b.cached, "seconds": b.load_seconds, "weights": h.hexdigest(),
-                  "ids": ids, "logits": hashlib.sha256(logits.numpy().tobytes()).hexdigest()}))
+                  "ids": ids, "logits": logits.hexdigest(),
+                  "aligned": all(p.data_ptr() % 64 == 0 for p in b.model.parameters())}))
 """
 
 
@@ -326,7 +357,8 @@ def test_smollm2_second_process_loads_the_cached_weights_bitwise(tmp_path):
     assert (first["cached"], second["cached"]) == (False, True)
     assert second["weights"] == first["weights"]
     assert second["ids"] == first["ids"] and len(first["ids"]) > 10
-    assert second["logits"] == first["logits"]
+    assert second["logits"] == first["logits"]  # the short forwards differed while the cached weights sat unaligned
+    assert first["aligned"] and second["aligned"]
     assert second["seconds"] < first["seconds"]
     assert len(list((tmp_path / "models").iterdir())) == 1
 

@@ -8,6 +8,8 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from tests.store.test_cli_store import EPISODE, unsee
 from unsee.impl.engine.runtime import make_runtime
 from unsee.impl.store.session import open_runtime
@@ -189,3 +191,18 @@ def test_an_artifact_copies_and_pickles_as_its_provenance_tuple_alone(tmp_path):
         for back in (pickle.loads(pickle.dumps(a)), copy.deepcopy(a), copy.copy(a)):
             assert back == a and type(back).__name__ == "Artifact" and back.known_delta is None
     st.close()
+
+
+@pytest.mark.parametrize("fmt, says", [(4, ["64-byte boundaries"]),
+                                       (3, ["tool calls carry JSON arguments", "64-byte boundaries"])])
+def test_an_older_store_is_refused_with_what_changed_f_since(tmp_path, fmt, says):
+    """Each format since the store's is named: what makes its recorded transitions not this F's."""
+    from unsee.impl.store.sqlite import StoreError
+
+    db = tmp_path / "old.db"
+    Store(db, create=True).close()
+    with sqlite3.connect(db) as c:
+        c.execute("UPDATE meta SET value = ? WHERE key = 'format'", (str(fmt),))
+    with pytest.raises(StoreError, match=f"store of format {fmt}; this unsee writes format 5") as e:
+        Store(db)
+    assert all(s in str(e.value) for s in says) and "unsee run EPISODE --db NEW.db" in str(e.value)
