@@ -121,6 +121,7 @@ class Bundle:
     dtype: torch.dtype
     load_seconds: float = 0.0  # wall time of load(), conversion or cache read included
     cached: bool = False  # True when the weights came from the converted-weights cache
+    realigned: int = 0  # weights `aligned` had to move (0 where the file laid them out on boundaries)
 
     def weights_sha256(self) -> str:
         """`weights_digest` of the model, computed once (a cache read has computed it already)."""
@@ -325,6 +326,8 @@ def read_entry(entry: Path, dtype: torch.dtype, attn: str):
                                 f"this is {transformers.__version__}")
     if manifest.get("dtype") != dtype_name(dtype):
         raise CorruptCacheEntry(f"{entry} holds {manifest.get('dtype')}, not {dtype_name(dtype)}")
+    if manifest.get("alignment") != ALIGNMENT:  # readable, but every load would copy its weights to align them
+        raise CorruptCacheEntry(f"{entry} was written before its weights were laid out on {ALIGNMENT}-byte boundaries")
     model = AutoModelForCausalLM.from_pretrained(entry, local_files_only=True, dtype=dtype,
                                                  attn_implementation=attn).eval()
     # The converted tokenizer's own class, not AutoTokenizer's pick: transformers 5 chooses by the
@@ -402,6 +405,8 @@ def write_entry(entry: Path, model, tok, manifest: dict) -> bool:
     try:
         # Safetensors is the only format transformers 5 writes (and 4.x's default).
         model.save_pretrained(tmp)
+        for f in tmp.glob("*.safetensors"):
+            align_safetensors(f)
         tok.save_pretrained(tmp)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
         try:
@@ -413,6 +418,22 @@ def write_entry(entry: Path, model, tok, manifest: dict) -> bool:
         return True
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # a no-op after a successful rename
+
+
+def align_safetensors(path: Path, alignment: int = ALIGNMENT) -> None:
+    """Pad a safetensors file's header with spaces (the format allows it) so that its data
+    starts on an `alignment`-byte boundary of the file. A read maps the file (page-aligned) and
+    hands out views into it, so every tensor whose offset is a multiple of `alignment` (all of
+    them when every tensor's size is) is read already aligned and `aligned` moves nothing."""
+    import struct
+
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = raw[8:8 + n].rstrip(b" ")
+    size = len(header) + (-(8 + len(header)) % alignment)
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    tmp.write_bytes(struct.pack("<Q", size) + header.ljust(size, b" ") + raw[8 + n:])
+    os.replace(tmp, path)
 
 
 def cached_convert(path: Path, dtype: torch.dtype, attn: str, convert_fn=None):
@@ -436,7 +457,7 @@ def cached_convert(path: Path, dtype: torch.dtype, attn: str, convert_fn=None):
     if not strip_gguf_quantizer(model):
         warn(f"{path} loaded with packed GGUF weights; these are not cached, so every load converts")
         return model, tok, False
-    manifest = {"source": str(path), "key": key, "dtype": dtype_name(dtype),
+    manifest = {"source": str(path), "key": key, "dtype": dtype_name(dtype), "alignment": ALIGNMENT,
                 "transformers": transformers.__version__, "weights_sha256": weights_digest(model),
                 "tokenizer_class": type(tok).__name__, "tokenizer_sha256": tokenizer_digest(tok)}
     try:
@@ -491,7 +512,7 @@ def load(name: str, dtype: str = "float32", device: str | None = None, attn: str
     else:
         raise UnknownModel(f"unknown model {name!r}: use one of {', '.join(TINY + tuple(ORGANISMS))}, smollm2, "
                            "a local model folder or a .gguf file")
-    aligned(b.model)
+    b.realigned = aligned(b.model)
     b.load_seconds = time.perf_counter() - started
     _CACHE[key] = b
     return b

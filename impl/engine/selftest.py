@@ -90,10 +90,11 @@ def cpu_flags() -> str:
 
 def selftest_key(engine: KVEngine, impl: str) -> dict:
     """Everything that decides the self-test's bits: the weights (and the module that runs them),
-    dtype, device, kernel, threads, torch and transformers versions, CPU flags."""
+    where they start (`models.ALIGNMENT`), dtype, device, kernel, threads, torch and transformers
+    versions, CPU flags."""
     import transformers
 
-    from unsee.impl.engine.models import weights_digest
+    from unsee.impl.engine.models import ALIGNMENT, weights_digest
 
     model = engine.model
     weights = getattr(model, "unsee_weights_sha256", None)
@@ -109,7 +110,7 @@ def selftest_key(engine: KVEngine, impl: str) -> dict:
             "module": f"{type(model).__module__}.{type(model).__qualname__}",
             "dtype": str(next(model.parameters()).dtype), "device": f"{device.type}|{name}", "attn": impl,
             "threads": engine.threads, "torch": torch.__version__, "transformers": transformers.__version__,
-            "cpu": cpu_flags()}
+            "cpu": cpu_flags(), "alignment": ALIGNMENT}
 
 
 def _result_path(key: dict, prefix: str = "") -> Path:
