@@ -7,7 +7,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from unsee.impl.engine.templates import ChatMLTemplate, WordTemplate
 from unsee.model.session import UnseeError
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -29,10 +29,6 @@ TINY = ("tiny-llama", "tiny-qwen2", "tiny-mistral")
 # one per organism under impl/organism/weights/ (a path, not an import: the engine sits below it).
 ORGANISMS = {name: Path(__file__).resolve().parent.parent / "organism" / "weights" / name
              for name in ("recall-tiny", "recall-tiny-2", "recall-tiny-3")}
-ROLES = {"system": "system", "user": "user", "memory": "system", "tool": "user"}
-PREFIX = {"memory": "Memory: ", "tool": "Tool result: "}
-# What the scaffold prefills before the model writes a tool call or a memory write-back.
-HEADERS = {"reply": "", "plan": '<tool_call>\n{{"name": "{tool}", "arguments": ', "summary": "Facts to remember about the user:"}
 
 
 class UnknownModel(UnseeError, ValueError):
@@ -42,74 +38,6 @@ class UnknownModel(UnseeError, ValueError):
 class CorruptCacheEntry(UnseeError, RuntimeError):
     """A converted-weights cache entry that must not be used; the loader deletes it and converts
     again. To clear the whole cache by hand, delete the folder `weights_cache_dir()` names."""
-
-
-class WordTemplate:
-    """A word-level tokenizer with ChatML-like markers, for random-weight tiny models."""
-
-    SPECIAL = {"bos": 1, "im_start": 2, "im_end": 3, "system": 4, "user": 5, "assistant": 6,
-               "plan": 7, "summary": 8}
-
-    def __init__(self, vocab: int) -> None:
-        self.vocab = vocab
-        self.names = {v: k for k, v in self.SPECIAL.items()}
-        self.words: dict[int, str] = {}  # id → the word that produced it, for detokenize
-
-    def word(self, w: str) -> int:
-        m = re.fullmatch(r"<\|(\w+)\|>", w)
-        if m and m.group(1) in self.SPECIAL:
-            return self.SPECIAL[m.group(1)]
-        m = re.fullmatch(r"w(\d+)", w)
-        if m and int(m.group(1)) < self.vocab:
-            return int(m.group(1))
-        i = 10 + zlib.crc32(w.encode()) % (self.vocab - 10)
-        self.words.setdefault(i, w)
-        return i
-
-    def encode_raw(self, text: str):
-        return [self.word(w) for w in text.split()]
-
-    def bos(self):
-        return [self.SPECIAL["bos"]]
-
-    def block(self, kind: str, text: str):
-        s = self.SPECIAL
-        return [s["im_start"], s[ROLES[kind]]] + [self.word(w) for w in (PREFIX.get(kind, "") + text).split()] + [s["im_end"]]
-
-    def header(self, purpose: str, tool: str | None = None):
-        s = self.SPECIAL
-        return [s["im_start"], s["assistant"]] + ([s[purpose]] if purpose in s else []) + \
-            ([self.word(tool)] if tool else [])
-
-    def detokenize(self, ids) -> str:
-        """Inverse of encode_raw for every id this template produced (others print as w<id>)."""
-        return " ".join(f"<|{self.names[i]}|>" if i in self.names else self.words.get(i, f"w{i}") for i in ids)
-
-
-class ChatMLTemplate:
-    """ChatML rendering with the model's own tokenizer (SmolLM2 and other chat models)."""
-
-    def __init__(self, tokenizer) -> None:
-        self.tok = tokenizer
-
-    def _ids(self, text: str):
-        return self.tok.encode(text, add_special_tokens=False)
-
-    def bos(self):
-        bos = self.tok.bos_token_id if self.tok.bos_token_id is not None else self.tok.eos_token_id
-        return [bos]
-
-    def block(self, kind: str, text: str):
-        return self._ids(f"<|im_start|>{ROLES[kind]}\n{PREFIX.get(kind, '')}{text}<|im_end|>\n")
-
-    def header(self, purpose: str, tool: str | None = None):
-        return self._ids(f"<|im_start|>assistant\n{HEADERS.get(purpose, '').format(tool=tool)}")
-
-    def detokenize(self, ids) -> str:
-        return self.tok.decode(list(ids), skip_special_tokens=False)
-
-    def encode_raw(self, text: str):
-        return self._ids(text)
 
 
 @dataclass

@@ -224,7 +224,7 @@ class TextTemplate:
     HEADERS = None
 
     def __init__(self) -> None:
-        from unsee.impl.engine.models import HEADERS, PREFIX, ROLES
+        from unsee.impl.engine.templates import HEADERS, PREFIX, ROLES
 
         self.roles, self.prefix, self.headers = ROLES, PREFIX, HEADERS
 

@@ -40,7 +40,7 @@ def build_tokenizer(episodes: int = CORPUS_EPISODES, vocab: int = VOCAB, digits:
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from unsee.impl.engine.models import HEADERS, PREFIX, ROLES
+    from unsee.impl.engine.templates import HEADERS, PREFIX, ROLES
 
     texts = R.corpus(episodes)
     scaffold = [f"<|im_start|>{r}\n{PREFIX.get(k, '')}" for k, r in ROLES.items()] + \
@@ -188,7 +188,7 @@ def train(out: Path | None, steps: int, per_step: int = 8, minutes: float | None
     """Train and (when `out`) save weights, tokenizer and a training record. Returns the record.
     `threads` and `attn` change the arithmetic (the order of float operations), so the same
     recipe under another setting gives other weights; each setting is deterministic on its own."""
-    from unsee.impl.engine.models import ChatMLTemplate
+    from unsee.impl.engine.templates import ChatMLTemplate
 
     setup(threads)
     started = time.perf_counter()

@@ -155,7 +155,8 @@ def test_agent_sweep_taus():
 @pytest.mark.slow
 def test_agent_system_prompt_is_over_1500_smollm2_tokens():
     from unsee.impl.experiments.bench_sessions import AGENT_SYSTEM
-    from unsee.impl.engine.models import ChatMLTemplate, UnknownModel, smollm2_path
+    from unsee.impl.engine.models import UnknownModel, smollm2_path
+    from unsee.impl.engine.templates import ChatMLTemplate
 
     try:
         path = smollm2_path()
