@@ -11,6 +11,7 @@ def in_processes(job, jobs, workers: int, done, initializer=None, initargs=()) -
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
+    before = {p.pid for p in multiprocessing.active_children()}
     with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=multiprocessing.get_context("spawn"),
                              initializer=initializer, initargs=initargs) as pool:
         futures = {pool.submit(job, j): i for i, j in enumerate(jobs)}
@@ -18,13 +19,17 @@ def in_processes(job, jobs, workers: int, done, initializer=None, initargs=()) -
             for f in as_completed(futures):
                 done(futures[f], f.result())
         except BaseException:  # stopped (Ctrl-C, SIGTERM) or failed: no episode goes on running unseen
-            stop_workers(pool)
+            stop_workers(pool, before)
             raise
 
 
-def stop_workers(pool) -> None:
+def stop_workers(pool, before=frozenset()) -> None:
     """Terminate every worker of `pool` and wait for it; one still alive after 10 s (a busy
-    machine), or started meanwhile, is killed."""
+    machine), or started meanwhile, is killed. Last, any child process not among `before` (the
+    pids alive before the pool) is killed and reaped: on a loaded machine a worker the pool was
+    still starting is in none of its lists yet."""
+    import multiprocessing
+
     for attempt in range(3):
         procs = [p for p in list((getattr(pool, "_processes", None) or {}).values()) if p.is_alive()]
         if not procs:
@@ -34,6 +39,10 @@ def stop_workers(pool) -> None:
         for proc in procs:
             proc.join(timeout=10)
     pool.shutdown(wait=False, cancel_futures=True)
+    for proc in multiprocessing.active_children():
+        if proc.pid not in before:
+            proc.kill()
+            proc.join(timeout=10)
 
 
 def on_ray(job, jobs, address: str, done) -> None:
