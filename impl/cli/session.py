@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
-from unsee.impl.cli.common import (Attn, Dtype, KvPages, Method, Policy, app, args_text, console, fail, opened_store, out,
-                                   progress, write_json)
+from unsee.impl.cli.common import (Attn, Dtype, KvPages, Method, Policy, app, args_text, console, fail, opened_store,
+                                   out, progress, write_json)
 
 
 @app.command()
@@ -86,11 +87,10 @@ def forget(db: Path = typer.Option(..., help="The session store."),
         table.add_row(k, str(doc[k]))
     table.add_row("compensation", str(len(doc["compensation"])))
     out.print(table)
+    from unsee.impl.store.show import compensation_text
+
     for c in doc["compensation"]:
-        committed = "never fired" if c["committed"] is None else f"fired {c['tool']}({args_text(c['committed'])})"
-        twin = "makes no such call" if c["args"] is None else f"would call {c['tool']}({args_text(c['args'])})"
-        console.print(f"[yellow]needs compensation[/yellow] {c['call_id']}: {c['reason']}; {committed}, the twin "
-                      f"{twin}", soft_wrap=True)
+        console.print(f"[yellow]needs compensation[/yellow] {c['call_id']}: {escape(compensation_text(c))}", soft_wrap=True)
     if doc["pages_recomputed"]:
         console.print(f"[yellow]{len(doc['pages_recomputed'])} stored K/V page(s) failed their digest and were "
                       "recomputed from the verified tokens[/yellow] (counted in tokens_rematerialized)")
@@ -148,7 +148,7 @@ def show(db: Path = typer.Option(..., help="The session store."),
 
     Each turn's observation with its source ids, the model's replies, memory, summaries, tool
     calls, side effects and receipts."""
-    from unsee.impl.store.show import draw_graph, forget_plan, session_view
+    from unsee.impl.store.show import compensation_text, draw_graph, forget_plan, session_view
     from unsee.model import UnseeError
 
     if graph is not None and graph.suffix not in (".png", ".svg"):
@@ -180,19 +180,10 @@ def show(db: Path = typer.Option(..., help="The session store."),
             out.print(f"    [green]summary[/green] {t['summary']}", soft_wrap=True)
         for c in t["pending_calls"]:
             out.print(f"    [blue]planned[/blue] {c['call_id']}", soft_wrap=True)
-        recorded = {c["call_id"]: c for c in t["committed"]}
         for c in t["fired"]:
             out.print(f"    [red]fired[/red] {c['tool']}({args_text(c['args'])}) {c['call_id']}", soft_wrap=True)
-            r = recorded.pop(c["call_id"], None)
-            if r is None:
-                out.print("      [yellow]needs compensation[/yellow]: the state after the forget makes no such "
-                              "call", soft_wrap=True)
-            elif (r["tool"], r["args"]) != (c["tool"], c["args"]):
-                out.print(f"      [yellow]needs compensation[/yellow]: the state after the forget records "
-                              f"{r['tool']}({args_text(r['args'])}) instead; a replay fires nothing", soft_wrap=True)
-        for r in recorded.values():
-            out.print(f"    [yellow]recorded, never fired[/yellow] {r['tool']}({args_text(r['args'])}) {r['call_id']}: "
-                      "a replay fires nothing (needs compensation)", soft_wrap=True)
+        for c in t["compensation"]:
+            out.print(f"    [yellow]needs compensation[/yellow] {c['call_id']}: {escape(compensation_text(c))}", soft_wrap=True)
         if plan and t["t"] == plan["checkpoint"]:
             out.print(f"[blue]── checkpoint R_{plan['checkpoint']}: a forget restores it (shared with the twin) ──[/blue]")
     for r in doc["receipts"]:

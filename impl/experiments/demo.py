@@ -11,6 +11,7 @@ from rich.table import Table
 
 from unsee.impl.engine.runtime import KVRuntime
 from unsee.impl.store.session import receipt_json
+from unsee.impl.store.show import compensation_text
 from unsee.impl.experiments.audit import divergence
 from unsee.impl.experiments.baselines import memory_delete
 from unsee.impl.engine.exact import PROBES, compare
@@ -103,8 +104,7 @@ def run_demo(model: str = "smollm2", console: Console | None = None) -> dict:
         t3.add_row(k, str(r[k]), str(f[k]))
     con.print(t3)
     for c in r["compensation"]:
-        con.print(f"[yellow]side effect {c['call_id']}: {c['tool']}({c['committed']}) was committed; the "
-                  f"counterfactual agent makes {c['tool']}({c['args']}) instead ({c['reason']}): compensate it.[/yellow]")
+        con.print(f"[yellow]needs compensation {c['call_id']}: {compensation_text(c)}[/yellow]", soft_wrap=True)
     con.print(f"B7 took {r['seconds']:.2f}s against B5's {f['seconds']:.2f}s "
               f"({f['seconds'] / max(r['seconds'], 1e-9):.1f}× faster): it brought R_{r['checkpoint']} back by "
               f"reading {r['tokens_restored']} context tokens' K/V pages (no compute; the compaction at t="

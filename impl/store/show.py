@@ -12,9 +12,10 @@ first entry τ and the checkpoint a forget would restore (Algorithm 1, lines 1�
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from unsee.model.session import arguments
+from unsee.model.session import UnseeError, arguments, replay_tools
 
 
 def decoder_for(store):
@@ -86,23 +87,55 @@ def session_view(store, decode=None) -> dict:
     decode = decode or decoder_for(store)
     turns = [turn_view(t, o, s.states[t - 1], s.states[t], decode) for t, o in enumerate(s.observations, 1)]
     world = [{"call_id": e.call_id, "tool": e.tool, "args": arguments(e.args), "turn": e.turn} for e in s.world]
-    for view in turns:  # what went out at t, beside what R_t's ledger records (they differ after a forget)
-        view["fired"] = [{k: e[k] for k in ("call_id", "tool", "args")} for e in world if e["turn"] == view["t"]]
+    for t, view in enumerate(turns, 1):  # what went out at t, beside what R_t's ledger records
+        view["fired"] = [{k: e[k] for k in ("call_id", "tool", "args")} for e in world if e["turn"] == t]
+        view["compensation"] = compensation_at(s, t)
     receipts = [{k: r.get(k) for k in ("method", "sources", "tau", "T", "checkpoint", "transitions",
                                        "compensation", "pages_recomputed")} for r in store.receipts()]
     return {"model": store.meta("model"), "policy": s.policy, "T": s.T,
             "checkpoints": [c.boundary for c in s.checkpoints], "turns": turns, "world": world, "receipts": receipts}
 
 
+def compensation_at(s, t: int) -> list[dict]:
+    """Where what went out at turn t and what R_T's ledger records for turn t differ (after a
+    forget: a replay fires nothing), in a receipt's terms (`replay_tools`): each entry's `args`
+    are the state's, `committed` what went out (None: never fired; `args` None: the state
+    makes no such call)."""
+    fired = tuple(e for e in s.world if e.turn == t)
+    recorded = tuple(e for e in s.state.ledger if e.turn == t)
+    _, differs = replay_tools(fired, recorded)
+    ids = {e.call_id for e in recorded}
+    return differs + [{"call_id": e.call_id, "tool": e.tool, "args": None, "committed": arguments(e.args),
+                       "reason": "counterfactual makes no such call"} for e in fired if e.call_id not in ids]
+
+
+def compensation_text(c: dict) -> str:
+    """A compensation entry (a receipt's, or `session_view`'s) as the user reads it."""
+    def call(args) -> str:
+        return f"{c['tool']}({json.dumps(args, ensure_ascii=False)})"
+
+    went = "never went out" if c["committed"] is None else f"went out as {call(c['committed'])}"
+    now = "makes no such call" if c["args"] is None else f"records {call(c['args'])}"
+    return f"{c['reason']}: {went}; the state after the forget {now}, and a replay fires nothing"
+
+
+def refuse_unknown_sources(store, sources) -> None:
+    """Raise UnseeError, naming the source, unless every one of `sources` is in the stored
+    session and not forgotten yet (what a forget, or a plan of one, would touch)."""
+    for src in sources:
+        if store.is_forgotten(src):
+            raise UnseeError(f"source {src!r} was already forgotten from {store.path}: a forget would touch nothing")
+    known = sorted(store.sources())
+    for src in sources:
+        if src not in known:
+            raise UnseeError(f"source {src!r} never entered this session; known sources: {known}")
+
+
 def forget_plan(store, sources) -> dict:
     """What a forget of `sources` would touch: the carrying artifacts, τ, I(z) and the checkpoint."""
     from unsee.model.session import choose_checkpoint, locate_target, suffix_closure
 
-    from unsee.model import UnseeError
-
-    for src in sources:
-        if store.is_forgotten(src):
-            raise UnseeError(f"source {src!r} was already forgotten from {store.path}: a forget would touch nothing")
+    refuse_unknown_sources(store, sources)
     s = store.load(None)
     carriers, tau = locate_target(s, list(sources))
     taint = suffix_closure(s.state.artifacts, carriers)

@@ -50,7 +50,12 @@ def test_show_decodes_every_turn_and_marks_what_a_forget_touches(tmp_path):
     assert now["fired"] == before["fired"] == before["committed"]
     assert now["committed"][0]["call_id"] == now["fired"][0]["call_id"] and now["committed"] != now["fired"]
     fired = f"fired send({json.dumps(before['fired'][0]['args'])}) {before['fired'][0]['call_id']}"
-    assert fired in after.output and "needs compensation: the state after the forget records send(" in after.output
+    assert fired in after.output and "went out as send(" in after.output
+    assert "the state after the forget records send(" in after.output
+    # the view's compensation is the receipt's: the same entries, at the turn they went out
+    receipt = json.loads((tmp_path / "after.json").read_text())["receipts"][-1]
+    assert not any(t["compensation"] for t in doc["turns"])
+    assert now["compensation"] == receipt["compensation"] and now["compensation"][0]["reason"] == "arguments differ"
     gone = runner.invoke(app, ["show", "--db", str(db), "--source", "addr"])
     assert gone.exit_code == 2 and "'addr' was already forgotten" in gone.output
 
