@@ -50,6 +50,14 @@ class WordTemplate:
         return [s["im_start"], s["assistant"]] + ([s[purpose]] if purpose in s else []) + \
             ([self.word(tool)] if tool else [])
 
+    def unwrap(self, kind: str, ids) -> str:
+        """The text of a `block(kind, text)` (its markers and prefix dropped); other ids detokenized whole."""
+        s, ids = self.SPECIAL, list(ids)
+        head = [s["im_start"], s[ROLES[kind]]] + [self.word(w) for w in PREFIX.get(kind, "").split()]
+        if ids[:len(head)] == head and ids[-1:] == [s["im_end"]] and len(ids) > len(head):
+            ids = ids[len(head):-1]
+        return self.detokenize(ids)
+
     def detokenize(self, ids) -> str:
         """Inverse of encode_raw for every id this template produced (others print as w<id>)."""
         return " ".join(f"<|{self.names[i]}|>" if i in self.names else self.words.get(i, f"w{i}") for i in ids)
@@ -76,6 +84,14 @@ class ChatMLTemplate:
 
     def detokenize(self, ids) -> str:
         return self.tok.decode(list(ids), skip_special_tokens=False)
+
+    def unwrap(self, kind: str, ids) -> str:
+        """The text of a `block(kind, text)` (its markers and prefix dropped); other ids detokenized whole."""
+        text = self.detokenize(ids)
+        head, tail = f"<|im_start|>{ROLES[kind]}\n{PREFIX.get(kind, '')}", "<|im_end|>\n"
+        if text.startswith(head) and text.endswith(tail) and len(text) >= len(head) + len(tail):
+            return text[len(head):-len(tail)]
+        return text
 
     def encode_raw(self, text: str):
         return self._ids(text)

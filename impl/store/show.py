@@ -36,8 +36,9 @@ class Decoder:
     """Token ids → text: `text` for what the model read and wrote, `call` for a tool call's
     constrained reply (its JSON arguments)."""
 
-    def __init__(self, text, call) -> None:
+    def __init__(self, text, call, block=None) -> None:
         self.text, self.call = text, call
+        self.block = block or (lambda kind, ids: text(ids))  # a prompt block's text, without its markup
 
     def __call__(self, ids) -> str:
         return self.text(ids)
@@ -46,7 +47,8 @@ class Decoder:
 def _template_decoder(template) -> Decoder:
     from unsee.impl.engine.grammar import json_text
 
-    return Decoder(lambda ids: template.detokenize(list(ids)), lambda ids: json_text(template, ids))
+    return Decoder(lambda ids: template.detokenize(list(ids)), lambda ids: json_text(template, ids),
+                   template.unwrap)
 
 
 def turn_view(t: int, o, prev, r, decode) -> dict:
@@ -60,7 +62,7 @@ def turn_view(t: int, o, prev, r, decode) -> dict:
                   for p in o.parts],
         "replies": [decode(x) for i, x in enumerate(r.outputs) if i != call],
         "calls": [{"tool": o.tool, "arguments": decode.call(r.outputs[call])}] if call is not None else [],
-        "memory": [{"artifact": aid, "text": decode(toks)} for aid, toks in r.memory if aid in ids],
+        "memory": [{"artifact": aid, "text": decode.block("memory", toks)} for aid, toks in r.memory if aid in ids],
         "summary": decode(r.summary) if r.summary is not None and r.summary != prev.summary else None,
         "pending_calls": [{"call_id": c.call_id, "tool": c.tool, "args": arguments(c.args)} for c in r.plan
                           if c not in prev.plan],

@@ -25,6 +25,11 @@ def test_show_decodes_every_turn_and_marks_what_a_forget_touches(tmp_path):
     doc = json.loads((tmp_path / "v.json").read_text())
     assert [t["t"] for t in doc["turns"]] == list(range(1, 8))
     assert doc["turns"][2]["parts"] == [{"source": "addr", "text": "The user's home address is 42 Wallaby Way, Sydney."}]
+    # a memory record reads as the text remembered, without the template's markers (tiny-llama's
+    # word vocabulary hashes "user's" and "assistant." to one id, so the first word reads back as either)
+    (memory,) = [m["text"] for m in doc["turns"][2]["memory"]]
+    assert memory.endswith(" home address is 42 Wallaby Way, Sydney.") and memory.startswith("The ")
+    assert f"memory {memory}\n" in res.output
     assert any(t["committed"] and t["committed"][0]["tool"] == "send" for t in doc["turns"])
     plan = doc["forget_plan"]
     assert (plan["tau"], plan["checkpoint"], plan["transitions"]) == (3, 2, 5)
@@ -70,3 +75,23 @@ def test_a_step_returns_what_it_produced(tmp_path):
     out = agent.step(Observation("user", (Part("u2", "thanks"),), reply=2))
     assert out["committed"][0]["tool"] == "send"
     agent.close()
+
+
+class _Chars:
+    """A tokenizer of one id per character, enough to render ChatML."""
+
+    def encode(self, text, add_special_tokens=False):
+        return [ord(c) for c in text]
+
+    def decode(self, ids, skip_special_tokens=False):
+        return "".join(map(chr, ids))
+
+
+@pytest.mark.parametrize("kind", ["memory", "tool", "user", "system"])
+def test_a_block_reads_back_as_its_text_under_either_template(kind):
+    from unsee.impl.engine.templates import ChatMLTemplate, WordTemplate
+
+    text = "ship to 42 Wallaby Way"
+    for template in (ChatMLTemplate(_Chars()), WordTemplate(4096)):
+        assert template.unwrap(kind, template.block(kind, text)) == text
+        assert template.unwrap(kind, template.encode_raw(text)) == text  # no markers: the text whole
