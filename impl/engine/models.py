@@ -147,11 +147,9 @@ STALE_TMP_SECONDS = 3600  # a writer needs seconds; older temp folders are from 
 def weights_cache_dir() -> Path:
     """Where converted models live: $UNSEE_CACHE_DIR, else $XDG_CACHE_HOME/unsee, else
     ~/.cache/unsee; entries are `models/<key>/` below it."""
-    root = os.environ.get("UNSEE_CACHE_DIR")
-    if not root:
-        base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-        root = Path(base) / "unsee"
-    return Path(root) / "models"
+    from unsee.specs.plugin import cache_root
+
+    return cache_root() / "models"
 
 
 def dtype_name(dtype: torch.dtype) -> str:

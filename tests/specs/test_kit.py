@@ -34,6 +34,8 @@ def test_example_runtime_passes_the_kit():
 def test_reference_passes_the_default_run_with_a_coverage_line(tmp_path):
     p = kit("unsee.specs.runtimes:reference", tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
+    # nothing of Hypothesis' or pytest-benchmark's is left in the folder the kit ran from
+    assert not {".hypothesis", ".benchmarks"} & {x.name for x in tmp_path.iterdir()}
     line = next(x for x in p.stdout.splitlines() if x.startswith("unsee kit:"))
     for scenario in ("method B5", "checkpoint forced", "session longer than 12 observations", "instead_of parts",
                      "several targets with different tau", "forget after an earlier forget"):
