@@ -25,11 +25,13 @@ def in_processes(job, jobs, workers: int, done, initializer=None, initargs=()) -
 
 def stop_workers(pool, before=frozenset()) -> None:
     """Terminate every worker of `pool` and wait for it; one still alive after 10 s (a busy
-    machine), or started meanwhile, is killed. Last, any child process not among `before` (the
-    pids alive before the pool) is killed and reaped: on a loaded machine a worker the pool was
-    still starting is in none of its lists yet."""
+    machine), or started meanwhile, is killed. Last, any child process of the pool's own kind
+    (its start method's process class) not among `before` (the pids alive before the pool) is
+    killed and reaped: on a loaded machine a worker the pool was still starting is in none of
+    its lists yet. Children of another kind (a subprocess, a fork) are left alone."""
     import multiprocessing
 
+    kind = getattr(getattr(pool, "_mp_context", None), "Process", None)
     for attempt in range(3):
         procs = [p for p in list((getattr(pool, "_processes", None) or {}).values()) if p.is_alive()]
         if not procs:
@@ -40,7 +42,7 @@ def stop_workers(pool, before=frozenset()) -> None:
             proc.join(timeout=10)
     pool.shutdown(wait=False, cancel_futures=True)
     for proc in multiprocessing.active_children():
-        if proc.pid not in before:
+        if proc.pid not in before and (kind is None or type(proc) is kind):
             proc.kill()
             proc.join(timeout=10)
 

@@ -356,3 +356,31 @@ def test_a_stopped_parallel_audit_leaves_no_worker_running(tmp_path, monkeypatch
     assert multiprocessing.active_children() == []
     assert len(path.read_text().splitlines()) == 2  # the header and the episode that finished
     J.Journal(path, json.loads(path.read_text().splitlines()[0]), []).close()  # and the journal is free
+
+
+def test_stopping_a_pool_kills_its_own_workers_and_no_other_child():
+    """`stop_workers` kills every process the pool started, and leaves a child of another kind
+    (here a forked one, started after the pool) running."""
+    import multiprocessing
+    import time
+    from concurrent.futures import ProcessPoolExecutor
+
+    from unsee.impl.experiments.pool import stop_workers
+
+    before = {p.pid for p in multiprocessing.active_children()}
+    pool = ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn"))
+    futures = [pool.submit(time.sleep, 60) for _ in range(2)]
+    other = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,))
+    other.start()
+    try:
+        deadline = time.monotonic() + 60
+        while len(pool._processes or {}) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        workers = list(pool._processes.values())
+        assert len(workers) == 2 and futures
+        stop_workers(pool, before)
+        assert not any(w.is_alive() for w in workers)
+        assert other.is_alive()
+    finally:
+        other.kill()
+        other.join(10)
