@@ -48,6 +48,8 @@ def bench_forget(model: list[str] = typer.Option(["tiny-llama"], help="Model nam
                                              "copy of the store (medians reported)."),
                  attn: Attn = typer.Option(Attn.auto, help="Attention kernel the session runs under (auto: as "
                                            "`unsee run` chooses it)."),
+                 threads: int = typer.Option(1, min=1, help="CPU threads of every forward, the session's and "
+                                             "every method's (part of the state, like the kernel)."),
                  json_path: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
                  markdown: Optional[Path] = typer.Option(None, help="Write the tables as Markdown here."),
                  plot_path: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG here.")) -> None:
@@ -72,7 +74,7 @@ def bench_forget(model: list[str] = typer.Option(["tiny-llama"], help="Model nam
                 kernel, why = choose_attn(m)
                 console.print(f"[dim]{m}: {kernel} attention ({why})[/dim]")
             task = p.add_task(f"{m}: run, then {repeats}× {', '.join(METHODS)}", total=1 + repeats * len(METHODS))
-            doc = side_by_side(m, T, repeats, attn=kernel, on_step=lambda _: p.advance(task))
+            doc = side_by_side(m, T, repeats, attn=kernel, on_step=lambda _: p.advance(task), threads=threads)
             docs.append(doc)
             items += side_by_side_report(doc)
     for item in items:
