@@ -32,7 +32,7 @@ import networkx as nx
 
 from unsee.model.state import Observation, Part
 from unsee.specs import oracle
-from unsee.specs.protocol import checked
+from unsee.specs.protocol import call, checked
 from unsee.specs.statements import drive, graph_rows
 
 PATH = Path(__file__).parent / "vectors" / "vectors.json"
@@ -104,7 +104,7 @@ def load_vectors(path: Path | None = None) -> list[dict]:
 def check_vector(factory, v: dict) -> None:
     obs = [Observation.from_json(o) for o in v["session"]]
     e = v["expect"]
-    rt = checked(factory(), "the runtime under test")
+    rt = checked(call(factory, "factory()", "construction"), "the runtime under test")
     drive(rt, obs)
     g = rt.graph()
     roots = [n for n, d in g.nodes(data=True) if g.in_degree(n) == 0 and d["source_ids"] & set(v["forget"])]
@@ -120,7 +120,7 @@ def check_vector(factory, v: dict) -> None:
         assert getattr(r, k) == e[k], f"{k} = {getattr(r, k)}, expected {e[k]}"
     assert rt.invocations - before == e["transitions"], "the invocation counter disagrees with the receipt"
     assert stream_digest(list(rt.observations)) == e["counterfactual"], "the log is not o^{-z}"
-    twin = checked(factory(), "the twin (a fresh runtime driven over o^-z)")
+    twin = checked(call(factory, "factory()", "construction of the twin"), "the twin (a fresh runtime driven over o^-z)")
     drive(twin, oracle.counterfactual(obs, v["forget"]))
     assert twin.invocations == e["full_reset_transitions"]
     a, b = rt.digest(), twin.digest()

@@ -463,3 +463,18 @@ def test_a_failure_trace_run_as_printed_raises_the_failure_it_reports(mutant):
         assert str(raised.value).split(":")[0] == f["message"].split(":")[0], (str(raised.value), f["message"])
         bare = code.replace("from unsee.specs.harness import checking\n", "").replace("checking(factory, ", "factory(")
         exec(bare.rsplit("\nrt.finish()", 1)[0], {"factory": factory})  # the calls alone raise nothing
+
+
+def test_a_factory_that_raises_fails_each_vector_in_the_guides_form():
+    """The shipped vectors report a runtime's exception as the random sessions do ("the runtime
+    raised X … at construction"), a failure of the vector, not a traceback out of the kit."""
+    from unsee.specs.vectors import load_vectors, run_vectors
+
+    def factory(cfg):
+        raise ValueError(f"no runtime for {cfg['policy']}")
+
+    vectors = load_vectors()[:2]
+    report = run_vectors(lambda cfg: (lambda: factory(cfg)), vectors)
+    assert report["ran"] == sorted(v["id"] for v in vectors) and len(report["failures"]) == 2
+    assert report["failures"][0]["message"].startswith(
+        f"the runtime raised ValueError: no runtime for {vectors[0]['config']['policy']} at construction (factory())")
