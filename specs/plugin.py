@@ -13,9 +13,10 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
-from pathlib import Path
 
 import pytest
+
+from unsee.specs.cache import cache_root
 
 
 def pytest_addoption(parser):
@@ -31,24 +32,19 @@ def pytest_addoption(parser):
                 help="file of test names (one per line) expected to fail for this runtime")
 
 
-def cache_root() -> Path:
-    """unsee's cache: $UNSEE_CACHE_DIR, else $XDG_CACHE_HOME/unsee, else ~/.cache/unsee."""
-    root = os.environ.get("UNSEE_CACHE_DIR")
-    if not root:
-        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "unsee"
-    return Path(root)
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
-    """A kit run leaves nothing in the folder it runs from: Hypothesis' files and pytest-benchmark's
-    folder (when that plugin is installed and its storage was not chosen) go to unsee's cache."""
+    """A kit run leaves nothing in the folder it runs from: Hypothesis' files (unless
+    $HYPOTHESIS_STORAGE_DIRECTORY chooses their place) and pytest-benchmark's folder (when that
+    plugin is installed and its storage was not chosen) go to unsee's cache. Only a run given a
+    runtime (--unsee-runtime or $UNSEE_RUNTIME) is a kit run."""
     if not config.getoption("--unsee-runtime", None):
         return
-    from hypothesis.configuration import set_hypothesis_home_dir
-
     kit = cache_root() / "kit"
-    set_hypothesis_home_dir(kit / "hypothesis")
+    if not os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
+        from hypothesis.configuration import set_hypothesis_home_dir
+
+        set_hypothesis_home_dir(kit / "hypothesis")
     if getattr(config.option, "benchmark_storage", None) == "file://./.benchmarks":
         config.option.benchmark_storage = f"file://{kit / 'benchmarks'}"
 

@@ -71,7 +71,7 @@ def bench_forget(model: list[str] = typer.Option(["tiny-llama"], help="Model nam
             if attn is Attn.auto:
                 from unsee.impl.engine.settings import choose_attn
 
-                kernel, why = choose_attn(m)
+                kernel, why = choose_attn(m, threads=threads)
                 console.print(f"[dim]{m}: {kernel} attention ({why})[/dim]")
             task = p.add_task(f"{m}: run, then {repeats}× {', '.join(METHODS)}", total=1 + repeats * len(METHODS))
             doc = side_by_side(m, T, repeats, attn=kernel, on_step=lambda _: p.advance(task), threads=threads)

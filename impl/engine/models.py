@@ -147,7 +147,7 @@ STALE_TMP_SECONDS = 3600  # a writer needs seconds; older temp folders are from 
 def weights_cache_dir() -> Path:
     """Where converted models live: $UNSEE_CACHE_DIR, else $XDG_CACHE_HOME/unsee, else
     ~/.cache/unsee; entries are `models/<key>/` below it."""
-    from unsee.specs.plugin import cache_root
+    from unsee.specs.cache import cache_root
 
     return cache_root() / "models"
 

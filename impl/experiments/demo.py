@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from unsee.impl.engine.runtime import KVRuntime
@@ -104,7 +105,7 @@ def run_demo(model: str = "smollm2", console: Console | None = None) -> dict:
         t3.add_row(k, str(r[k]), str(f[k]))
     con.print(t3)
     for c in r["compensation"]:
-        con.print(f"[yellow]needs compensation {c['call_id']}: {compensation_text(c)}[/yellow]", soft_wrap=True)
+        con.print(f"[yellow]needs compensation {c['call_id']}: {escape(compensation_text(c))}[/yellow]", soft_wrap=True)
     con.print(f"B7 took {r['seconds']:.2f}s against B5's {f['seconds']:.2f}s "
               f"({f['seconds'] / max(r['seconds'], 1e-9):.1f}× faster): it brought R_{r['checkpoint']} back by "
               f"reading {r['tokens_restored']} context tokens' K/V pages (no compute; the compaction at t="

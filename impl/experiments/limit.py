@@ -122,6 +122,7 @@ def side_by_side(model: str, T: int, repeats: int = 3, reply: int = 8, attn: str
     also measures the limit of its own forwards. `attn`: the kernel the session is run and
     stored under (every forget then runs under it), `threads` likewise. on_step(label) after each stage."""
     from unsee.impl.experiments.bench_sessions import AGENT_SYSTEM, agent_session, live_session, load_template
+    from unsee.impl.store.digests import stored_settings
     from unsee.impl.store.sqlite import Store
 
     obs, _ = agent_session(T, None, 0.0, reply)
@@ -134,6 +135,7 @@ def side_by_side(model: str, T: int, repeats: int = 3, reply: int = 8, attn: str
         run_seconds = time.perf_counter() - t0
         store = Store(stored / "session.db", create=True)
         store.save(live.session, model, dict(live.digest()))
+        settings = stored_settings(store)  # what every forget process will run under
         store.close()
         context = len(live.session.state.tokens)
         del live
@@ -148,7 +150,7 @@ def side_by_side(model: str, T: int, repeats: int = 3, reply: int = 8, attn: str
                 if on_step:
                     on_step(m)
     digests = {m: rs[-1]["digests"] for m, rs in runs.items()}
-    return {"model": model, "shape": "agent", "T": T, "attn": attn, "threads": threads, "reply_tokens": reply, "repeats": repeats,
+    return {"model": model, "shape": "agent", "T": T, "attn": attn, "threads": settings["threads"], "reply_tokens": reply, "repeats": repeats,
             "system_prompt_tokens": len(load_template(model).block("system", AGENT_SYSTEM)),
             "context_tokens": context, "run_seconds": round(run_seconds, 2),
             "bit_exact": all(d == digests["B5"] for d in digests.values()),

@@ -25,13 +25,20 @@ def in_processes(job, jobs, workers: int, done, initializer=None, initargs=()) -
 
 def stop_workers(pool, before=frozenset()) -> None:
     """Terminate every worker of `pool` and wait for it; one still alive after 10 s (a busy
-    machine), or started meanwhile, is killed. Last, any child process of the pool's own kind
-    (its start method's process class) not among `before` (the pids alive before the pool) is
-    killed and reaped: on a loaded machine a worker the pool was still starting is in none of
-    its lists yet. Children of another kind (a subprocess, a fork) are left alone."""
+    machine), or started meanwhile, is killed. Last, any child process the pool started that is
+    not among `before` (the pids alive before the pool) is killed and reaped: on a loaded machine
+    a worker the pool was still starting is in none of its lists yet. A worker is known by the
+    pool's call queue among its arguments (where the executor does not expose it: by its start
+    method's process class). Other children are left alone."""
     import multiprocessing
 
+    queue = getattr(pool, "_call_queue", None)
     kind = getattr(getattr(pool, "_mp_context", None), "Process", None)
+
+    def ours(proc) -> bool:
+        if queue is not None:
+            return any(a is queue for a in getattr(proc, "_args", ()))
+        return kind is None or type(proc) is kind
     for attempt in range(3):
         procs = [p for p in list((getattr(pool, "_processes", None) or {}).values()) if p.is_alive()]
         if not procs:
@@ -42,7 +49,7 @@ def stop_workers(pool, before=frozenset()) -> None:
             proc.join(timeout=10)
     pool.shutdown(wait=False, cancel_futures=True)
     for proc in multiprocessing.active_children():
-        if proc.pid not in before and (kind is None or type(proc) is kind):
+        if proc.pid not in before and ours(proc):
             proc.kill()
             proc.join(timeout=10)
 

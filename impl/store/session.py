@@ -12,7 +12,6 @@ from dataclasses import replace
 from unsee.impl.engine.runtime import make_runtime
 from unsee.impl.store.digests import identity_of, stored_settings
 from unsee.impl.store.errors import StoreError
-from unsee.impl.store.show import refuse_unknown_sources
 from unsee.model.runtime import ReferenceRuntime
 from unsee.model.session import UnseeError
 from unsee.model.state import Config
@@ -153,7 +152,7 @@ def forget_stored(store, sources, method: str = "B7", rt=None, head: str | None 
         raise UnseeError(f"{store.path} was run on {stored_model!r}, not {model!r}: forgetting on another model "
                          "would not reproduce its states")
     store.verify()  # a damaged store is refused before anything else is read from it
-    refuse_unknown_sources(store, sources)  # checked before anything is written
+    store.require_forgettable(sources)  # checked before anything is written
     with store.exclusive(method), _no_cyclic_gc():
         t0 = time.perf_counter()
         if stored_model != "reference" and rt is None:  # the ML libraries: a cost of every new process,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from unsee.model.session import UnseeError, arguments, replay_tools
+from unsee.model.session import arguments, replay_tools
 
 
 def decoder_for(store):
@@ -116,28 +116,19 @@ def compensation_text(c: dict) -> str:
     def call(args) -> str:
         return f"{c['tool']}({json.dumps(args, ensure_ascii=False)})"
 
-    went = "never went out" if c["committed"] is None else f"went out as {call(c['committed'])}"
-    now = "makes no such call" if c["args"] is None else f"records {call(c['args'])}"
-    return f"{c['reason']}: {went}; the state after the forget {now}, and a replay fires nothing"
-
-
-def refuse_unknown_sources(store, sources) -> None:
-    """Raise UnseeError, naming the source, unless every one of `sources` is in the stored
-    session and not forgotten yet (what a forget, or a plan of one, would touch)."""
-    for src in sources:
-        if store.is_forgotten(src):
-            raise UnseeError(f"source {src!r} was already forgotten from {store.path}: a forget would touch nothing")
-    known = sorted(store.sources())
-    for src in sources:
-        if src not in known:
-            raise UnseeError(f"source {src!r} never entered this session; known sources: {known}")
+    if c["committed"] is None:  # "not committed"
+        return f"the state after the forget records {call(c['args'])}, which never went out; a replay fires nothing"
+    if c["args"] is None:  # "counterfactual makes no such call"
+        return f"{call(c['committed'])} went out; the state after the forget makes no such call"
+    return (f"{call(c['committed'])} went out; the state after the forget records {call(c['args'])} instead, "
+            "and a replay fires nothing")
 
 
 def forget_plan(store, sources) -> dict:
     """What a forget of `sources` would touch: the carrying artifacts, τ, I(z) and the checkpoint."""
     from unsee.model.session import choose_checkpoint, locate_target, suffix_closure
 
-    refuse_unknown_sources(store, sources)
+    store.require_forgettable(sources)
     s = store.load(None)
     carriers, tau = locate_target(s, list(sources))
     taint = suffix_closure(s.state.artifacts, carriers)

@@ -45,7 +45,7 @@ from unsee.impl.store.digests import (canonical, chain_of, check_tail, identity_
 from unsee.impl.store.encoding import (CHANGED, FORMAT, INDEXES, MAGIC, SCHEMA, Deltas, StoredStates, checkpoint_from,
                                        checkpoint_json, delta_json, json_rows, sources_json, stored_artifact)
 from unsee.impl.store.errors import ConcurrentChange, IntegrityError, StoreError
-from unsee.model.session import Session
+from unsee.model.session import Session, UnseeError
 from unsee.model.state import Artifact, Config, LedgerEntry, Observation
 
 
@@ -497,6 +497,17 @@ class Store:
                       db.execute("SELECT call_id, tool, args, turn FROM world ORDER BY turn, call_id"))
         # forgotten sources are kept only as salted digests (see is_forgotten)
         return Session(config, self.meta("policy"), obs, states, cps, snaps, world, frozenset(), lm=lm)
+
+    def require_forgettable(self, sources) -> None:
+        """Raise UnseeError, naming the source, unless every one of `sources` entered the stored
+        session and is not forgotten yet (what a forget, or `unsee show`'s plan of one, needs)."""
+        for src in sources:
+            if self.is_forgotten(src):
+                raise UnseeError(f"source {src!r} was already forgotten from {self.path}: a forget would touch nothing")
+        known = sorted(self.sources())
+        for src in sources:
+            if src not in known:
+                raise UnseeError(f"source {src!r} never entered this session; known sources: {known}")
 
     def is_forgotten(self, source: str) -> bool:
         return self.meta("salt") is not None and self.target_digest(source) in json.loads(self.meta("forgotten", "[]"))

@@ -359,8 +359,8 @@ def test_a_stopped_parallel_audit_leaves_no_worker_running(tmp_path, monkeypatch
 
 
 def test_stopping_a_pool_kills_its_own_workers_and_no_other_child():
-    """`stop_workers` kills every process the pool started, and leaves a child of another kind
-    (here a forked one, started after the pool) running."""
+    """`stop_workers` kills every process the pool started, and leaves other children started
+    after the pool running: a forked one, and a spawned one of the pool's own process class."""
     import multiprocessing
     import time
     from concurrent.futures import ProcessPoolExecutor
@@ -370,17 +370,20 @@ def test_stopping_a_pool_kills_its_own_workers_and_no_other_child():
     before = {p.pid for p in multiprocessing.active_children()}
     pool = ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn"))
     futures = [pool.submit(time.sleep, 60) for _ in range(2)]
-    other = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,))
-    other.start()
+    others = [multiprocessing.get_context(m).Process(target=time.sleep, args=(60,)) for m in ("fork", "spawn")]
     try:
+        for p in others:
+            p.start()
         deadline = time.monotonic() + 60
         while len(pool._processes or {}) < 2 and time.monotonic() < deadline:
             time.sleep(0.1)
         workers = list(pool._processes.values())
-        assert len(workers) == 2 and futures
+        assert len(workers) == len(futures) == 2
         stop_workers(pool, before)
         assert not any(w.is_alive() for w in workers)
-        assert other.is_alive()
+        assert all(p.is_alive() for p in others)
     finally:
-        other.kill()
-        other.join(10)
+        stop_workers(pool, before)
+        for p in others:
+            p.kill()
+            p.join(10)

@@ -15,12 +15,13 @@ from unsee.specs.vectors import generate, load_vectors
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def kit(runtime: str, cwd: Path, *extra: str) -> subprocess.CompletedProcess:
-    """The kit's default run (100 sessions, one in five up to 40 observations) on `runtime`."""
+def kit(runtime: str, cwd: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The kit's default run (100 sessions, one in five up to 40 observations) on `runtime`
+    (`env`: the whole environment, else this one's)."""
     return subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "unsee.specs.conformance",
                            f"--unsee-runtime={runtime}", "-p", "no:cacheprovider",
                            "-q", *extra], cwd=cwd, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(cwd)})
+                          env={**(os.environ if env is None else env), "PYTHONPATH": str(cwd)})
 
 
 @pytest.mark.heavy
@@ -32,10 +33,15 @@ def test_example_runtime_passes_the_kit():
 
 
 def test_reference_passes_the_default_run_with_a_coverage_line(tmp_path):
-    p = kit("unsee.specs.runtimes:reference", tmp_path)
+    run = tmp_path / "run"
+    run.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "HYPOTHESIS_STORAGE_DIRECTORY"}
+    p = kit("unsee.specs.runtimes:reference", run, env={**env, "UNSEE_CACHE_DIR": str(tmp_path / "cache")})
     assert p.returncode == 0, p.stdout + p.stderr
-    # nothing of Hypothesis' or pytest-benchmark's is left in the folder the kit ran from
-    assert not {".hypothesis", ".benchmarks"} & {x.name for x in tmp_path.iterdir()}
+    # nothing of Hypothesis' or pytest-benchmark's is left in the folder the kit ran from: they
+    # went to unsee's cache
+    assert not {".hypothesis", ".benchmarks"} & {x.name for x in run.iterdir()}
+    assert (tmp_path / "cache" / "kit" / "hypothesis").is_dir()
     line = next(x for x in p.stdout.splitlines() if x.startswith("unsee kit:"))
     for scenario in ("method B5", "checkpoint forced", "session longer than 12 observations", "instead_of parts",
                      "several targets with different tau", "forget after an earlier forget"):

@@ -25,10 +25,13 @@ def test_show_decodes_every_turn_and_marks_what_a_forget_touches(tmp_path):
     doc = json.loads((tmp_path / "v.json").read_text())
     assert [t["t"] for t in doc["turns"]] == list(range(1, 8))
     assert doc["turns"][2]["parts"] == [{"source": "addr", "text": "The user's home address is 42 Wallaby Way, Sydney."}]
-    # a memory record reads as the text remembered, without the template's markers (tiny-llama's
-    # word vocabulary hashes "user's" and "assistant." to one id, so the first word reads back as either)
+    # a memory record reads as the text remembered, without the template's markers. tiny-llama's
+    # word vocabulary hashes words to ids and reads an id back as the first word this process gave
+    # it ("user's" and "assistant." share one), so only the shape is compared here; the unwrapping
+    # itself is compared exactly in test_a_block_reads_back_as_its_text_under_either_template
     (memory,) = [m["text"] for m in doc["turns"][2]["memory"]]
-    assert memory.endswith(" home address is 42 Wallaby Way, Sydney.") and memory.startswith("The ")
+    text = doc["turns"][2]["parts"][0]["text"]
+    assert len(memory.split()) == len(text.split()) and "<|" not in memory and not memory.startswith("Memory:")
     assert f"memory {memory}\n" in res.output
     assert any(t["committed"] and t["committed"][0]["tool"] == "send" for t in doc["turns"])
     plan = doc["forget_plan"]
@@ -55,8 +58,7 @@ def test_show_decodes_every_turn_and_marks_what_a_forget_touches(tmp_path):
     assert now["fired"] == before["fired"] == before["committed"]
     assert now["committed"][0]["call_id"] == now["fired"][0]["call_id"] and now["committed"] != now["fired"]
     fired = f"fired send({json.dumps(before['fired'][0]['args'])}) {before['fired'][0]['call_id']}"
-    assert fired in after.output and "went out as send(" in after.output
-    assert "the state after the forget records send(" in after.output
+    assert fired in after.output and "}) went out; the state after the forget records send(" in after.output
     # the view's compensation is the receipt's: the same entries, at the turn they went out
     receipt = json.loads((tmp_path / "after.json").read_text())["receipts"][-1]
     assert not any(t["compensation"] for t in doc["turns"])
@@ -95,3 +97,28 @@ def test_a_block_reads_back_as_its_text_under_either_template(kind):
     for template in (ChatMLTemplate(_Chars()), WordTemplate(4096)):
         assert template.unwrap(kind, template.block(kind, text)) == text
         assert template.unwrap(kind, template.encode_raw(text)) == text  # no markers: the text whole
+
+
+def test_the_views_compensation_names_each_kind_of_difference_at_its_turn():
+    """Per turn: a call that went out with other arguments, one that went out but the state
+    after the forget does not make, and one the state records that never went out."""
+    from types import SimpleNamespace
+
+    from unsee.impl.store.show import compensation_at, compensation_text
+    from unsee.model.state import LedgerEntry
+
+    fired = (LedgerEntry("call-t2", "send", '{"to":"home"}', 3), LedgerEntry("call-t4", "send", '{"to":"x"}', 5))
+    recorded = (LedgerEntry("call-t2", "send", '{"to":"shop"}', 3), LedgerEntry("call-t6", "pay", '{"n":1}', 7))
+    s = SimpleNamespace(world=fired, state=SimpleNamespace(ledger=recorded))
+    assert compensation_at(s, 3) == [{"call_id": "call-t2", "tool": "send", "args": {"to": "shop"},
+                                      "committed": {"to": "home"}, "reason": "arguments differ"}]
+    assert compensation_at(s, 5) == [{"call_id": "call-t4", "tool": "send", "args": None, "committed": {"to": "x"},
+                                      "reason": "counterfactual makes no such call"}]
+    assert compensation_at(s, 7) == [{"call_id": "call-t6", "tool": "pay", "args": {"n": 1}, "committed": None,
+                                      "reason": "not committed"}]
+    assert compensation_at(s, 4) == []
+    texts = [compensation_text(compensation_at(s, t)[0]) for t in (3, 5, 7)]
+    assert texts == ['send({"to": "home"}) went out; the state after the forget records send({"to": "shop"}) '
+                     'instead, and a replay fires nothing',
+                     'send({"to": "x"}) went out; the state after the forget makes no such call',
+                     'the state after the forget records pay({"n": 1}), which never went out; a replay fires nothing']
