@@ -29,16 +29,18 @@ def stop_workers(pool, before=frozenset()) -> None:
     not among `before` (the pids alive before the pool) is killed and reaped: on a loaded machine
     a worker the pool was still starting is in none of its lists yet. A worker is known by the
     pool's call queue among its arguments (where the executor does not expose it: by its start
-    method's process class). Other children are left alone."""
+    method's process class). Other children are left alone, also when a stopped pool is stopped
+    again."""
     import multiprocessing
 
     queue = getattr(pool, "_call_queue", None)
     kind = getattr(getattr(pool, "_mp_context", None), "Process", None)
+    shut = queue is None and hasattr(pool, "_call_queue")  # stopped before: its workers went with it
 
     def ours(proc) -> bool:
         if queue is not None:
             return any(a is queue for a in getattr(proc, "_args", ()))
-        return kind is None or type(proc) is kind
+        return not shut and (kind is None or type(proc) is kind)
     for attempt in range(3):
         procs = [p for p in list((getattr(pool, "_processes", None) or {}).values()) if p.is_alive()]
         if not procs:
@@ -46,12 +48,24 @@ def stop_workers(pool, before=frozenset()) -> None:
         for proc in procs:
             proc.terminate() if attempt == 0 else proc.kill()
         for proc in procs:
-            proc.join(timeout=10)
+            _wait_dead(proc)
     pool.shutdown(wait=False, cancel_futures=True)
     for proc in multiprocessing.active_children():
         if proc.pid not in before and ours(proc):
             proc.kill()
-            proc.join(timeout=10)
+            _wait_dead(proc)
+
+
+def _wait_dead(proc, timeout: float = 10.0) -> None:
+    """Join `proc` until it reads as dead. The executor's own thread joins its workers too: when
+    it reaps one first, this thread's `waitpid` fails and `is_alive()` reads True until that
+    thread records the exit code, so `join` alone can return with the worker still "alive"."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    proc.join(timeout=timeout)
+    while proc.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def on_ray(job, jobs, address: str, done) -> None:
