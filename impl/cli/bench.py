@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from unsee.impl.cli.common import Attn, Shape, app, console, fail, many, out, progress, write_json
+from unsee.impl.cli.common import Attn, Dtype, Shape, app, console, fail, many, out, progress, write_json
 
 
 bench_app = typer.Typer(help="Benchmarks: measured side by side, counts and times reported.")
@@ -50,6 +50,8 @@ def bench_forget(model: list[str] = typer.Option(["tiny-llama"], help="Model nam
                                            "`unsee run` chooses it)."),
                  threads: int = typer.Option(1, min=1, help="CPU threads of every forward, the session's and "
                                              "every method's (part of the state, like the kernel)."),
+                 dtype: Dtype = typer.Option(Dtype.float32, help="Weights and cache dtype of the session and "
+                                             "every method (part of the state, like the kernel)."),
                  json_path: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
                  markdown: Optional[Path] = typer.Option(None, help="Write the tables as Markdown here."),
                  plot_path: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG here.")) -> None:
@@ -71,10 +73,11 @@ def bench_forget(model: list[str] = typer.Option(["tiny-llama"], help="Model nam
             if attn is Attn.auto:
                 from unsee.impl.engine.settings import choose_attn
 
-                kernel, why = choose_attn(m, threads=threads)
+                kernel, why = choose_attn(m, dtype=dtype.value, threads=threads)
                 console.print(f"[dim]{m}: {kernel} attention ({why})[/dim]")
             task = p.add_task(f"{m}: run, then {repeats}× {', '.join(METHODS)}", total=1 + repeats * len(METHODS))
-            doc = side_by_side(m, T, repeats, attn=kernel, on_step=lambda _: p.advance(task), threads=threads)
+            doc = side_by_side(m, T, repeats, attn=kernel, on_step=lambda _: p.advance(task), threads=threads,
+                               dtype=dtype.value)
             docs.append(doc)
             items += side_by_side_report(doc)
     for item in items:

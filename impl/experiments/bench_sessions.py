@@ -285,10 +285,10 @@ def sweep_taus(shape: str, T: int, suffixes=AGENT_SUFFIXES) -> list[int]:
     return [T - s + 1 for s in reversed(keep)]
 
 
-def live_session(model: str, obs, reply: int, attn: str = "eager", threads: int = 1):
+def live_session(model: str, obs, reply: int, attn: str = "eager", threads: int = 1, dtype: str = "float32"):
     from unsee.impl.engine.runtime import KVRuntime
 
-    live = KVRuntime(model, Config(summary_tokens=reply), attn=attn, threads=threads)
+    live = KVRuntime(model, Config(summary_tokens=reply), attn=attn, threads=threads, dtype=dtype)
     for o in obs:
         live.step(o)
     return live

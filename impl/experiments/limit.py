@@ -114,13 +114,13 @@ def forget_in_process(db: Path, method: str, receipt: Path, timeout: float = 360
 
 
 def side_by_side(model: str, T: int, repeats: int = 3, reply: int = 8, attn: str = "eager", workdir=None,
-                 on_step=None, threads: int = 1) -> dict:
+                 on_step=None, threads: int = 1, dtype: str = "float32") -> dict:
     """The agent shape (`agent_session`: a tool-schema system prompt, the target 12 turns from
     the end) run once and stored as `unsee run` stores it; then B5, B5′ and B7 each forget the
     target from their own copy of the store in a fresh process, `repeats` times, interleaved
     (B5, B5′, B7, B5, ...) so that a slow spell of the machine falls on every method. Each run
     also measures the limit of its own forwards. `attn`: the kernel the session is run and
-    stored under (every forget then runs under it), `threads` likewise. on_step(label) after each stage."""
+    stored under (every forget then runs under it), `threads` and `dtype` likewise. on_step(label) after each stage."""
     from unsee.impl.experiments.bench_sessions import AGENT_SYSTEM, agent_session, live_session, load_template
     from unsee.impl.store.digests import stored_settings
     from unsee.impl.store.sqlite import Store
@@ -131,7 +131,7 @@ def side_by_side(model: str, T: int, repeats: int = 3, reply: int = 8, attn: str
         stored = Path(tmp) / "stored"
         stored.mkdir()
         t0 = time.perf_counter()
-        live = live_session(model, obs, reply, attn, threads)
+        live = live_session(model, obs, reply, attn, threads, dtype)
         run_seconds = time.perf_counter() - t0
         store = Store(stored / "session.db", create=True)
         store.save(live.session, model, dict(live.digest()))
@@ -150,7 +150,8 @@ def side_by_side(model: str, T: int, repeats: int = 3, reply: int = 8, attn: str
                 if on_step:
                     on_step(m)
     digests = {m: rs[-1]["digests"] for m, rs in runs.items()}
-    return {"model": model, "shape": "agent", "T": T, "attn": attn, "threads": settings["threads"], "reply_tokens": reply, "repeats": repeats,
+    return {"model": model, "shape": "agent", "T": T, "attn": attn, "threads": settings["threads"],
+            "dtype": settings["dtype"], "reply_tokens": reply, "repeats": repeats,
             "system_prompt_tokens": len(load_template(model).block("system", AGENT_SYSTEM)),
             "context_tokens": context, "run_seconds": round(run_seconds, 2),
             "bit_exact": all(d == digests["B5"] for d in digests.values()),
@@ -193,7 +194,7 @@ def side_by_side_report(doc: dict) -> list:
     b5, b5p, b7 = ms["B5"], ms["B5'"], ms["B7"]
     t = Tab(f"{doc['model']}: forget a tool result {doc['T'] - b7['tau'] + 1} turns from the end of {doc['T']} "
             f"({doc['system_prompt_tokens']}-token tool prompt, {doc['context_tokens']} tokens), {doc['attn']} "
-            f"attention, {doc.get('threads', 1)} thread(s), fresh processes",
+            f"attention, {doc.get('dtype', 'float32')}, {doc.get('threads', 1)} thread(s), fresh processes",
             ("method", "seconds", "forwards s", "×", "forwards", "computed", "restored", "reused", "F", "open s",
              "process s"))
     for m, d in ms.items():
