@@ -84,10 +84,12 @@ class LM(Protocol):
     Optional: `kv_length(kv)`, the context tokens a cache holds; where a model has it, `restore`
     checks a restored cache against the checkpoint's context.
 
-    `decode` returns (reply, kv, tokens decoded one per forward, tokens of the reply pushed
-    through a prefill: a checked draft, the final check of a decoded reply). An LM that returns
-    only the first three has no such prefills. Optional: `decode_cost(n)`, the tokens decoding an
-    n-token reply without a draft costs (both counts); without it, n."""
+    `decode` is a model turn: the header `head` (a prompt the turn opens with) then the reply. It
+    returns (reply, kv, tokens computed by forwards of their own: decoding, drafting; tokens of
+    the turn pushed through a prefill besides the header's prompt: a checked draft, the final
+    check of a decoded reply). An LM that returns only the first three has no such prefills.
+    Optional: `decode_cost(n, head)`, the tokens a turn of an n-token reply after a header of
+    `head` tokens costs without a draft (both counts, the header's prompt apart); without it, n."""
 
     name: str
 
@@ -98,7 +100,7 @@ class LM(Protocol):
     def empty(self) -> Any: ...
     def prefill(self, kv: Any, tokens, logits: bool = False, reuse: Any = None) -> Any: ...
     def reuses(self, kv: Any, tokens, reuse: Any) -> bool: ...
-    def decode(self, kv: Any, n: int, draw_list, hint=None, constraint=None
+    def decode(self, kv: Any, n: int, draw_list, hint=None, constraint=None, head=()
                ) -> tuple[tuple[int, ...], Any, int, int]: ...
     def crop(self, kv: Any, n: int) -> Any: ...
     def resident(self, kv: Any) -> bool: ...
@@ -195,8 +197,9 @@ class ReferenceLM:
         return bool(reuse) and bool(tokens) and reuse[0][:n + len(tokens)] == reuse[0][:n] + tokens \
             and reuse[1][:n] == kv
 
-    def decode(self, kv, n: int, draw_list, hint=None, constraint=None):
-        """F's reply: n tokens, each the choice after the context and the tokens before it.
+    def decode(self, kv, n: int, draw_list, hint=None, constraint=None, head=()):
+        """F's model turn: the header `head` prefilled, then the reply: n tokens, each the choice
+        after the context and the tokens before it.
         Returns (tokens, kv, tokens decoded one forward at a time, tokens verified: the draft's
         tokens extended as they were checked).
 
@@ -206,6 +209,7 @@ class ReferenceLM:
         Here a prefill and a decode give the same bits, so the check is exact token by token.
         `constraint` (from `grammar`): decode at most n tokens of JSON under a schema (see
         `constrained`)."""
+        kv = extend(kv, tuple(head))
         if constraint is not None:
             return constrained(kv, n, draw_list, hint, constraint)
         if n == 0:
@@ -220,8 +224,9 @@ class ReferenceLM:
         rest, kv = decode(kv, n - k, None if draw_list is None else draw_list[k:])
         return (tuple(hint[:k]) if k else ()) + rest, kv, n - k, k
 
-    def decode_cost(self, n: int) -> int:
-        """Decoding n tokens without a draft: n one-token extends (a checked draft costs the same)."""
+    def decode_cost(self, n: int, head: int = 0) -> int:
+        """Decoding n tokens without a draft: n one-token extends (a checked draft costs the same;
+        the header is one prefill either way)."""
         return n
 
     def crop(self, kv, n: int):

@@ -330,26 +330,26 @@ class _Turn:
         return aid
 
     def decode(self, type_: str, n: int, salt: int, tool: Tool | None = None) -> tuple[str, tuple[int, ...]]:
-        """The model's own tokens: a header prefill (the chat template's assistant turn),
-        then n tokens decoded one per forward; for a tool call, at most n tokens of JSON
-        arguments under the tool's schema, the mask a function of the tokens before."""
+        """The model's own tokens, one model turn of the LM: the chat template's header for an
+        assistant turn, then n tokens, each the model's choice after the ones before; for a tool
+        call, at most n tokens of JSON arguments under the tool's schema, the mask a function of
+        the tokens before."""
         cfg = self.s.config
         draw = lm.draws(cfg.seed, self.turn, salt, n) if cfg.sampling else None
         start = len(self.tokens)
         head = self.lm.header(type_, None if tool is None else tool.name)
-        self.kv = self.lm.prefill(self.kv, head, logits=True)
         hint = self.hints.pop(0) if self.hints else None
         constraint = None if tool is None else self.lm.grammar(tool)
         size = 0 if hint is None else len(hint)  # a call's reply may end before n: its draft may too
         drafting = n > 0 and (size == n if constraint is None else 0 < size <= n)
         if drafting and self.credit is not None and self.credit < size:
             hint, drafting = None, False  # a rejected draft could cost more than drafts have saved
-        res = self.lm.decode(self.kv, n, draw, hint, constraint=constraint)
+        res = self.lm.decode(self.kv, n, draw, hint, constraint=constraint, head=head)
         out, self.kv, decoded = res[:3]
         verified = res[3] if len(res) > 3 else 0
         if drafting and self.credit is not None:  # what the draft saved (or cost) against decoding
             cost = getattr(self.lm, "decode_cost", None)
-            self.credit += (size if cost is None else cost(size)) - decoded - verified
+            self.credit += (size if cost is None else cost(size, len(head))) - decoded - verified
         self.outputs.append(out)
         aid = self.artifact(type_, self.last_block(), span=(start, start + len(head) + len(out)))
         self.tokens.extend(head + out)
@@ -384,8 +384,8 @@ class Meter:
 
     transitions: int = 0
     tokens_prefilled: int = 0
-    tokens_decoded: int = 0  # tokens fed through the model one per forward
-    tokens_verified: int = 0  # reply tokens prefilled to check a draft or a decoded reply (its K/V)
+    tokens_decoded: int = 0  # drafting: tokens fed through the model one per forward, a header alone
+    tokens_verified: int = 0  # a model turn's prefills past its header's first: the reply's check (its K/V)
     tokens_rematerialized: int = 0  # restore: context rows recomputed from the recorded tokens
     tokens_restored: int = 0  # restore: context rows read back (K/V pages), no compute
     tokens_reused: int = 0  # B5′: prompt-block rows taken from the prefix cache, no compute

@@ -62,10 +62,11 @@ objects, strings (`minLength`, `maxLength`), integers (`minimum`, `maximum`), bo
 
 `unsee forget --json PATH` (and `Agent.forget`) writes the receipt: `sources`, `method`, `tau`,
 `T`, `checkpoint`, `transitions` (invocations of F: T−τ+1 for B7 under the `every` checkpoint
-policy, T for B5), `tokens_prefilled` (prompt blocks and headers), `tokens_decoded` (fed one per
-forward), `tokens_verified` (reply tokens prefilled to check a draft or a decoded reply; every
-forward is in one of these counts), `replies`, `replies_skipped` (recorded
-replies accepted as F's own after one check), `tokens_restored` (read from K/V pages),
+policy, T for B5), `tokens_prefilled` (prompt blocks and headers), `tokens_decoded` (drafting:
+tokens fed one per forward, and a header forwarded alone for a draft's first token),
+`tokens_verified` (a model turn's prefill past its header: the reply checked, a draft's or a decoded
+one; every forward is in one of these counts), `replies`, `replies_skipped` (recorded
+replies accepted as F's own after one check: a model turn in one forward), `tokens_restored` (read from K/V pages),
 `tokens_reused` (B5′: prompt-block rows taken from its prefix cache, no forward),
 `tokens_rematerialized` (recomputed from the recorded tokens when pages are absent), `seconds`
 (the forget itself), `import_seconds` (torch and transformers, once per process),

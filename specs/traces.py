@@ -36,7 +36,7 @@ The rules (each violation names one):
                       (de-duplicated) or reported for compensation by the receipt.
 - `restore-accounted` the rows the restore kept or read from pages, and the rows it
                       recomputed, are the receipt's tokens_restored and tokens_rematerialized.
-- `decode-accounted`  the tokens decoded one forward each are the receipt's tokens_decoded.
+- `decode-accounted`  the tokens of the drafting forwards are the receipt's tokens_decoded.
 """
 
 from __future__ import annotations
@@ -65,8 +65,9 @@ class Begin:
 @dataclass(frozen=True)
 class Forward:
     """One forward of the model over `n` tokens at positions [start, start + n).
-    kind: "prefill" (a block as one forward) or "decode" (one token fed back); logits: whether
-    it computed the logits of its rows (a prompt block's are never read)."""
+    kind: "prefill" (a block as one forward) or "decode" (drafting: one token fed back, or a model
+    turn's header alone, whose logits pick the draft's first token); logits: whether it computed
+    the logits of its rows (a prompt block's are never read)."""
 
     kind: str
     start: int

@@ -1,7 +1,7 @@
 """KVEngine: prefill, decode, crop and clone over a transformers causal LM, with counters.
 
 The engine runs the canonical schedule that defines F's bits (README: "bit-exact"): one
-forward per prompt block; a model turn's header, then its reply as one prefill, the reply
+forward per prompt block; a model turn (its header and its reply) as one prefill, the reply
 being the fixed point of that prefill's choices (`KVEngine.fixed_point`); batch size 1, a
 pinned thread count, deterministic algorithms (`unsee.impl.engine.exact`). `TorchLM`
 (`unsee.impl.engine.lm`) puts it behind the LM interface that the shared scaffold
@@ -203,43 +203,63 @@ class KVEngine:
             self.tokens_decoded += 1
         return tuple(out)
 
-    def fixed_point(self, n: int, draws=None, draft=None, exact_rows: bool = True) -> tuple[tuple[int, ...], int, int]:
-        """F's reply of n tokens: the unique x with x_i = choice(row i−1 of the n-token prefill
-        of x) (row −1: the header's last row). Row i of a prefill does not read the tokens after
-        position i (checked by `row_independence`), so x_0 is fixed by the context, x_1 by x_0, ….
+    def _draft_rows(self, head, decode) -> tuple[list[int], int]:
+        """Before a reply with no usable draft: the header alone as one forward (its logits pick
+        x_0; its K/V are thrown away, recorded as a draft forward), then `decode` drafts from there.
+        Returns (the draft, header tokens computed by a forward of their own)."""
+        start = len(self)
+        if head:
+            self._forward(list(head), "decode")
+            self.tokens_decoded += len(head)
+        drafted = decode()
+        self.crop(start, fresh_storage=False)
+        return drafted, len(head)
 
-        Start from `draft` (a recorded reply) or, without one, decode a draft token by token
-        (its K/V thrown away, the last token picked without a forward); prefill the draft as one block and compare every row's choice
-        with it; at the first disagreement k take the row's choice, re-draft the rest by
-        decoding, and prefill again. Each pass fixes at least one more token. The reply's K/V
-        are the last prefill's. Returns (reply, tokens decoded one per forward, prefill passes).
+    def fixed_point(self, n: int, draws=None, draft=None, exact_rows: bool = True, head=()
+                    ) -> tuple[tuple[int, ...], int, int]:
+        """F's model turn: the header `head` and a reply of n tokens as one prefill, the reply the
+        unique x with x_i = choice(row h+i−1 of the prefill of head ‖ x) (h = len(head); with no
+        header, row −1 is the last row of the forward before). Row j of a prefill does not read the
+        tokens after position j (checked by `row_independence`), so x_0 is fixed by the context and
+        the header, x_1 by x_0, ….
+
+        Start from `draft` (a recorded reply) or, without one, forward the header alone and decode
+        a draft token by token (those K/V thrown away, the last token picked without a forward);
+        prefill head ‖ draft as one block and compare every row's choice with the draft; at the
+        first disagreement k take the row's choice, re-draft the rest by decoding, and prefill
+        again. Each pass fixes at least one more token. The turn's K/V are the last prefill's.
+        Returns (reply, tokens computed by forwards of their own: the drafting, prefill passes).
+        Every pass counts its reply tokens in `tokens_verified`, and a pass after the first its
+        header tokens too (the first pass's header is the turn's prompt).
 
         exact_rows=False (a backend where rows read later tokens: no fixed point need exist):
-        the reply is the decoded draft, its K/V one prefill of it; no recorded draft is used."""
-        if self.logits is None:
+        the reply is the decoded draft, its K/V one prefill of head ‖ draft; no recorded draft is used."""
+        head = [int(t) for t in head]
+        h = len(head)
+        if not h and self.logits is None:
             raise UnseeError("decode needs logits from a prefill first (prefill a header)")
-        start, head = len(self), self.logits  # head: [V], the row that picks x_0
+        start, last = len(self), None if h else self.logits  # last: the row before the turn
         decoded = 0
         if draft is None or len(draft) != n or not exact_rows:
-            draft = self.decode(n, draws, feed_last=False)
+            draft, decoded = self._draft_rows(head, lambda: self.decode(n, draws, feed_last=False))
             decoded += n - 1
-            self.crop(start, fresh_storage=False)
         draft = [int(t) for t in draft]
         if not exact_rows:
-            self.prefill_logits(draft)
+            self.prefill_logits(head + draft)
             self.tokens_verified += n
             return tuple(draft), decoded, 1
         for passes in range(1, n + 2):
             t0 = time.perf_counter()
-            block = self.prefill_logits(draft)  # [n, V]: row i picks x_{i+1}
+            block = self.prefill_logits(head + draft)  # [h + n, V]: row h+i−1 picks x_i
             self.verify_seconds += time.perf_counter() - t0
-            self.tokens_verified += n
-            k = next((i for i in range(n) if self.choose(head if i == 0 else block[i - 1],
-                                                          None if draws is None else draws[i]) != draft[i]), None)
+            self.tokens_verified += n + (h if passes > 1 else 0)
+            row = (lambda i: last if h + i == 0 else block[h + i - 1])
+            k = next((i for i in range(n) if self.choose(row(i), None if draws is None else draws[i]) != draft[i]),
+                     None)
             if k is None:
                 return tuple(draft), decoded, passes
-            self.crop(start + k, fresh_storage=False)  # rows before k never read x_k or later: they stay as they are
-            self.logits = head if k == 0 else block[k - 1]
+            self.crop(start + h + k, fresh_storage=False)  # rows before k never read x_k or later: they stay as they are
+            self.logits = row(k)
             draft = draft[:k] + list(self.decode(n - k, None if draws is None else draws[k:], feed_last=False))
             decoded += n - k - 1
             self.crop(start, fresh_storage=False)
@@ -265,35 +285,36 @@ class KVEngine:
             self.tokens_decoded += 1
         return out
 
-    def fixed_point_under(self, n: int, draws, draft, grammar, exact_rows: bool = True
+    def fixed_point_under(self, n: int, draws, draft, grammar, exact_rows: bool = True, head=()
                           ) -> tuple[tuple[int, ...], int, int]:
         """`fixed_point` for a reply under a grammar (a tool call's JSON arguments): x_i is the
-        choice of row i−1 among the tokens the grammar allows after x_0..x_{i−1}, and the reply
+        choice of row h+i−1 among the tokens the grammar allows after x_0..x_{i−1}, and the reply
         ends with the grammar's end token or at n tokens. The mask depends only on the tokens
         before i, so the reply is still fixed token by token; the check walks a matcher along the
-        draft. Returns (reply, tokens decoded by a forward of their own, prefill passes)."""
-        if self.logits is None:
+        draft. Returns (reply, tokens computed by forwards of their own, prefill passes)."""
+        head = [int(t) for t in head]
+        h = len(head)
+        if not h and self.logits is None:
             raise UnseeError("decode needs logits from a prefill first (prefill a header)")
-        start, head, end = len(self), self.logits, grammar.end
+        start, last, end = len(self), None if h else self.logits, grammar.end
         decoded = 0
         if draft is None or not exact_rows or not 0 < len(draft) <= n:
-            draft = self.decode_under(n, draws, grammar.matcher(), end)
+            draft, decoded = self._draft_rows(head, lambda: self.decode_under(n, draws, grammar.matcher(), end))
             decoded += len(draft) - 1
-            self.crop(start, fresh_storage=False)
         draft = [int(t) for t in draft]
         if not exact_rows:
-            self.prefill_logits(draft)
+            self.prefill_logits(head + draft)
             self.tokens_verified += len(draft)
             return tuple(draft), decoded, 1
         for passes in range(1, n + 2):
             t0 = time.perf_counter()
-            block = self.prefill_logits(draft)  # [len, V]: row i picks x_{i+1}
+            block = self.prefill_logits(head + draft)  # [h + len, V]: row h+i−1 picks x_i
             self.verify_seconds += time.perf_counter() - t0
-            self.tokens_verified += len(draft)
+            self.tokens_verified += len(draft) + (h if passes > 1 else 0)
+            row = (lambda i: last if h + i == 0 else block[h + i - 1])
             m, k = grammar.matcher(), None
             for i, tok in enumerate(draft):
-                row = head if i == 0 else block[i - 1]
-                if self.choose_under(row, m.mask(), None if draws is None else draws[i]) != tok:
+                if self.choose_under(row(i), m.mask(), None if draws is None else draws[i]) != tok:
                     k = i
                     break
                 m.consume(tok)
@@ -301,8 +322,8 @@ class KVEngine:
                 k = len(draft)  # a draft that stops short: the row after it chooses what follows
             if k is None:
                 return tuple(draft), decoded, passes
-            self.crop(start + k, fresh_storage=False)
-            self.logits = head if k == 0 else block[k - 1]
+            self.crop(start + h + k, fresh_storage=False)
+            self.logits = row(k)
             rest = self.decode_under(n - k, None if draws is None else draws[k:], m, end)
             draft = draft[:k] + rest
             decoded += len(rest) - 1

@@ -136,29 +136,31 @@ class TorchLM:
         return bool(reuse) and bool(tokens) and list(reuse[0][:n]) == self.ctx \
             and list(reuse[0][n:n + len(tokens)]) == tokens
 
-    def decode(self, kv: KVRef, n: int, draws, hint=None, constraint=None):
-        """F's reply (KVEngine.fixed_point), from the recorded `hint` as the draft when the
-        backend keeps rows independent. Returns (reply, ref, tokens decoded one per forward,
-        tokens of the reply's prefills). `constraint` (from `grammar`): at most n tokens under a
-        tool's JSON schema."""
+    def decode(self, kv: KVRef, n: int, draws, hint=None, constraint=None, head=()):
+        """F's model turn: the header `head` and the reply as one prefill (KVEngine.fixed_point),
+        from the recorded `hint` as the draft when the backend keeps rows independent. Returns
+        (reply, ref, tokens computed by forwards of their own, tokens of the turn's prefills past
+        its header's first). `constraint` (from `grammar`): at most n tokens under a tool's JSON schema."""
         self._live(kv)
+        head = list(head)
         v0 = self.engine.tokens_verified
         if constraint is not None:
-            out, decoded, passes = self.engine.fixed_point_under(n, draws, hint, constraint, exact_rows=self.drafts_ok)
-            self.passes += passes
-            self.ctx += list(out)
-            return out, self._ref(), decoded, self.engine.tokens_verified - v0
-        if n == 0:
-            return (), self._ref(), 0, 0
-        out, decoded, passes = self.engine.fixed_point(n, draws, hint, exact_rows=self.drafts_ok)
+            out, decoded, passes = self.engine.fixed_point_under(n, draws, hint, constraint, exact_rows=self.drafts_ok,
+                                                                 head=head)
+        elif n == 0:
+            self.engine.prefill(head, logits=False)  # a header alone: nothing reads its logits
+            out, decoded, passes = (), 0, 0
+        else:
+            out, decoded, passes = self.engine.fixed_point(n, draws, hint, exact_rows=self.drafts_ok, head=head)
         self.passes += passes
-        self.ctx += list(out)
+        self.ctx += head + list(out)
         return out, self._ref(), decoded, self.engine.tokens_verified - v0
 
-    def decode_cost(self, n: int) -> int:
-        """Decoding an n-token reply without a draft: n − 1 one-token forwards (the last token is
-        picked without one), then the reply's prefill."""
-        return 2 * n - 1 if n else 0
+    def decode_cost(self, n: int, head: int = 0) -> int:
+        """A model turn of an n-token reply decoded without a draft, past its header's prompt
+        tokens: the header alone, n − 1 one-token forwards (the last token is picked without one),
+        then the reply in the turn's prefill."""
+        return head + 2 * n - 1 if n else 0
 
     def kv_length(self, kv: KVRef) -> int:
         """Context tokens the resident cache holds (the BOS row is the engine's, not the
@@ -179,8 +181,8 @@ class TorchLM:
 
         Leading blocks still resident at the same positions are kept (a compaction keeps its
         system blocks); then blocks with a K/V page are read back; the rest is re-materialized
-        on the canonical schedule (each block's prompt as one forward, a model turn's header and
-        reply as one forward each)."""
+        on the canonical schedule (each block as one forward: a prompt block, or a model turn's
+        header and reply)."""
         tokens = list(tokens)
         log = self.engine.recorder
         if log is not None:
@@ -211,9 +213,8 @@ class TorchLM:
             stream, first = pages(first), None  # the stream alone holds the first page
             self.engine.append_pages(stream, rows=len(tokens) - (blocks[keep - 1].end if keep else 0))
         computed = 0
-        for b in blocks[keep + paged:]:  # the canonical schedule: header, then the reply, one prefill each
-            self.engine.prefill(tokens[b.start:b.start + b.prefill], logits=False)  # only the K/V rows are read
-            self.engine.prefill(tokens[b.start + b.prefill:b.end], logits=False)
+        for b in blocks[keep + paged:]:  # the canonical schedule: one prefill per block
+            self.engine.prefill(tokens[b.start:b.end], logits=False)  # only the K/V rows are read
             computed += b.end - b.start
         self.ctx = tokens
         self.chain = list(zip(blocks, keys))

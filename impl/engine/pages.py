@@ -4,8 +4,8 @@ resident").
 
 A page is named by its content, like a radix-cache block hash: key_i = H(key_{i-1} ‖ kind ‖
 prefill ‖ tokens of block i). Two blocks with the same key have the same tokens, the same
-preceding context and the same schedule (the header's prefill length, then the reply
-as one prefill), so on one model, dtype and thread count they have the same bits. A stale page can
+preceding context and the same schedule (each block one prefill, a model turn's header
+and reply together), so on one model, dtype and thread count they have the same bits. A stale page can
 therefore never be read for a block whose context changed: its key would differ.
 
 Layout of one page: [layers, 2 (K, V), kv_heads, n, head_dim], the model's dtype, stored raw.
@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 from array import array
 
-ROOT = "fixed-point-replies"  # names the canonical schedule: pages of another schedule never match
+ROOT = "fixed-point-turns"  # names the canonical schedule: pages of another schedule never match
 
 
 def page_key(prev: str, kind: str, prefill: int, tokens) -> str:

@@ -36,11 +36,11 @@ class TrustingLM:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    def decode(self, kv, n: int, draw_list, hint=None, constraint=None):
+    def decode(self, kv, n: int, draw_list, hint=None, constraint=None, head=()):
         if hint is not None and (len(hint) == n or constraint is not None):
-            reply = tuple(int(t) for t in hint)
-            return reply, self.inner.prefill(kv, reply), 0, len(reply)
-        return self.inner.decode(kv, n, draw_list, hint, constraint=constraint)
+            reply = tuple(int(t) for t in hint)  # the turn as one prefill, as F's schedule has it
+            return reply, self.inner.prefill(kv, tuple(head) + reply), 0, len(reply)
+        return self.inner.decode(kv, n, draw_list, hint, constraint=constraint, head=head)
 
 
 def oracle_replay(s: Session, sources, independent) -> tuple[Session, Receipt]:

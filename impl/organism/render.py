@@ -170,7 +170,9 @@ class Scribe:
     def reuses(self, kv, tokens, reuse):
         return False  # no prefix cache: every block is computed
 
-    def decode(self, kv, n, draw_list, hint=None, constraint=None):
+    def decode(self, kv, n, draw_list, hint=None, constraint=None, head=()):
+        self.ids += list(head)
+        self.w += [0.0] * len(head)
         if n == 0:
             return (), kv, 0
         facts = present(self.facts, self.t.detokenize(self.ids))

@@ -16,12 +16,13 @@ from unsee.model.session import Checkpoint, Session
 from unsee.model.state import (Artifact, Block, Config, LedgerEntry, State, ToolCall, artifact_delta,
                                inherited_sources, provenance)
 
-FORMAT = 5  # 1: every R_t stored whole; 2: per-transition deltas and K/V pages; 3: 2 + digests; 4: JSON tool calls;
-# 5: F runs on weights that start on 64-byte boundaries, however the model was loaded
+FORMAT = 6  # 1: every R_t stored whole; 2: per-transition deltas and K/V pages; 3: 2 + digests; 4: JSON tool calls;
+# 5: F runs on weights that start on 64-byte boundaries, however the model was loaded; 6: a model turn is one prefill
 CHANGED = {  # what each format changed in F: why an older store's transitions are not this F's
     4: "tool calls carry JSON arguments",
     5: "F runs on weights that start on 64-byte boundaries (a model read from the weights cache did not, and some "
        "of its forwards gave other bits)",
+    6: "a model turn's header and reply are one prefill (they were two: other bits, one forward fewer per turn)",
 }
 MAGIC = b"SQLite format 3\x00"
 

@@ -53,11 +53,10 @@ def test_every_reply_is_the_fixed_point_of_its_prefill(model, dtype, attn):
     e = rt.engine.clone()
     b = len(rt.model.bos)
     e.crop(b + reply.start)
-    e.prefill_logits(head)
-    first = e.choose(e.logits)
-    rows = e.prefill_logits(toks)  # [n, V]
-    assert [first] + [e.choose(rows[i]) for i in range(len(toks) - 1)] == list(toks)
-    assert kv_equal(e.kv_tensors(), rt.engine.kv_tensors())  # the reply's K/V are that prefill's
+    rows = e.prefill_logits(head + toks)  # [h + n, V]: the model turn is one prefill
+    h = len(head)
+    assert [e.choose(rows[h - 1 + i]) for i in range(len(toks))] == list(toks)
+    assert kv_equal(e.kv_tensors(), rt.engine.kv_tensors())  # the turn's K/V are that prefill's
 
 
 @pytest.mark.tiny
@@ -76,15 +75,19 @@ def test_a_recorded_reply_is_accepted_with_no_decoding_and_the_same_bits(model):
         kv, _ = again.model.rebuild(prev.state.tokens, prev.state.blocks)
         assert kv_equal(again.engine.kv_tensors(), before)
         again.session = replace(prev, states=prev.states[:-1] + (replace(prev.state, kv=kv),))
-        m = Meter()
+        m, f0 = Meter(), again.engine.forwards
         s2, _ = append(again.session, EPISODE[4], m, hints=hints)
         assert s2.state.outputs == recorded and kv_equal(again.engine.kv_tensors(), want)
         assert (m.replies, m.replies_skipped) == (2, skipped)
+        if skipped == 2:  # every draft accepted: one forward per block, a model turn (header and reply) one of them
+            assert again.engine.forwards - f0 == len(s2.state.blocks) - len(prev.state.blocks)
         n = [len(x) for x in recorded]
-        # decoding picks a draft's last token with no forward; a reply's prefill checks it; the
-        # draft wrong at its last token is checked twice, and re-drafted with no forward at all
-        assert m.tokens_decoded == (sum(k - 1 for k in n) if hints is None else 0)
-        assert m.tokens_verified == sum(n) + (n[0] if skipped == 1 else 0)
+        h = [b.prefill for b in s2.state.blocks if b.kind == "assistant"][-2:]  # the two turns' headers
+        # decoding forwards the header alone and picks a draft's last token with no forward; the
+        # turn's prefill checks it; the draft wrong at its last token is checked twice (the second
+        # time with its header), and re-drafted with no forward at all
+        assert m.tokens_decoded == (sum(h) + sum(k - 1 for k in n) if hints is None else 0)
+        assert m.tokens_verified == sum(n) + (n[0] + h[0] if skipped == 1 else 0)
 
 
 @pytest.mark.tiny
