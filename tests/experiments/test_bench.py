@@ -34,8 +34,10 @@ def _run(benchmark, live, op):
 def test_selective_replay_invokes_F_T_minus_tau_plus_1_times(benchmark, sessions, tau):
     out = _run(benchmark, sessions[tau], lambda s: selective_replay(s, ["z"], drafts=False))
     assert out["r"].transitions == T - tau + 1
-    # every post-τ user turn decodes 4 tokens, the last picked with no forward; o_τ^{-z} is empty
-    assert out["decoded"] == 3 * (T - tau) and out["r"].tokens_verified == 4 * (T - tau)
+    # every post-τ user turn forwards its header alone, then decodes 4 tokens, the last picked with
+    # no forward, then prefills header and reply as one block; o_τ^{-z} is empty
+    h = len(sessions[tau].model.header("reply"))
+    assert out["decoded"] == (h + 3) * (T - tau) and out["r"].tokens_verified == 4 * (T - tau)
 
 
 @pytest.mark.tiny
@@ -53,7 +55,8 @@ def test_selective_replay_decodes_only_the_replies_the_target_changed(benchmark,
 def test_full_reset_invokes_F_T_times(benchmark, sessions, tau):
     out = _run(benchmark, sessions[tau], lambda s: full_reset(s, ["z"]))
     assert out["r"].transitions == T
-    assert out["decoded"] == 3 * (T - 2)  # all user turns but the system prompt and the empty o_τ, 4 tokens each
+    h = len(sessions[tau].model.header("reply"))  # forwarded alone before the reply is decoded
+    assert out["decoded"] == (h + 3) * (T - 2)  # all user turns but the system prompt and the empty o_τ, 4 tokens each
 
 
 @pytest.mark.tiny
@@ -366,10 +369,14 @@ def test_a_rejected_draft_is_tried_only_while_drafts_have_paid():
         m = Meter(draft_credit=credit)
         append(s, episode[2], m, hints=bad)  # the reply again, from R_2, with a wrong draft
         counts[credit] = (m.tokens_decoded, m.tokens_verified, m.draft_credit)
-    assert counts[0] == (3, 4, 0)  # not tried: decoded (the last token with no forward), then verified once
-    # tried with credit 4: rejected at token 0, one wasted check of 4 tokens, so the credit falls by
-    # what the draft cost against decoding (3 + 4): 4 + 7 − (3 + 8) = 0
-    assert counts[4] == (3, 8, 0)
+    h = len(live.model.header("reply"))
+    # not tried: the header forwarded alone, 4 tokens decoded (the last with no forward), then
+    # header and reply prefilled once as the turn's block (its header is the turn's prompt)
+    assert counts[0] == (h + 3, 4, 0)
+    # tried with credit 4: rejected at token 0, so one wasted prefill; decoding from the header's
+    # row then costs 3, and the second prefill computes header and reply again (4 + h). The credit
+    # falls by what the draft cost against decoding (h + 3 + 4): 4 + (h + 7) − (3 + 8 + h) = 0
+    assert counts[4] == (3, 8 + h, 0)
     assert counts[None][:2] == counts[4][:2] and counts[None][2] is None
 
 
