@@ -196,6 +196,19 @@ class JsonSchema:
     def matcher(self) -> "Matcher":
         return Matcher(self)
 
+    def longest(self) -> int:
+        """Characters in the longest document of the schema (a byte-level grammar decodes one
+        token per character; a tokenizer's grammar may pack several)."""
+        def size(it) -> int:
+            if isinstance(it, _Lit):
+                return len(it.text)
+            if isinstance(it, _Enum):
+                return max(map(len, it.texts))
+            if isinstance(it, _Int):
+                return max(len(str(it.lo)), len(str(it.hi)))
+            return it.hi + 2  # the quotes
+        return sum(size(it) for it in self.items)
+
     def validate(self, text: str):
         """The arguments `text` encodes when they are JSON that conforms to the schema, else None.
         Conformance, not the canonical form: a grammar engine may space a document differently."""

@@ -202,6 +202,19 @@ class Config:
         known = [t.name for t in builtin_tools(self.n_keys) + self.tools]
         raise KeyError(f"tool {name!r} is not declared; this session's tools are {known}")
 
+    def calls_that_may_be_cut(self) -> list[str]:
+        """One line per declared tool whose longest arguments, with the end token, may not fit in
+        `call_tokens` (one token per character at worst): such a call is cut, and fails without running."""
+        out = []
+        for t in self.tools:
+            need = t.arguments.longest() + 1
+            if need > self.call_tokens:
+                out.append(f"tool {t.name}: its longest arguments take {need - 1} characters and a call may "
+                           f"take at most {self.call_tokens} tokens (call_tokens) with its end token; a call cut "
+                           f"there is invalid and fails without running. Raise call_tokens to {need}, or "
+                           "lower the schema's maxLength.")
+        return out
+
 
 @dataclass(frozen=True)
 class State:

@@ -40,7 +40,9 @@ FOOTER = """## Episode files
 ```
 
 - `kind`: `system`, `user`, `memory` or `tool`.
-- `source`: the id a forget names (`unsee forget --source ID`).
+- `source`: the id a forget names (`unsee forget --source ID`). A line is one part with one
+  source; an observation of several parts, or a part standing `instead_of` another, is written
+  in Python (`unsee.model.Observation`, `Part`; see the README's Python example).
 - `text`: what the observation says.
 - `reply`: how many tokens the model decodes after it (default `--max-new-tokens` for user
   lines, 0 otherwise).
@@ -52,7 +54,14 @@ FOOTER = """## Episode files
 
 A line `{"tools": [...]}` (not an observation) declares more tools, each as
 `{"name", "description", "parameters": <JSON schema>, "consequential": true|false}`. Schemas may use
-objects, strings (`minLength`, `maxLength`), integers (`minimum`, `maximum`), booleans and `enum`:
+objects, strings (`minLength`, `maxLength`), integers (`minimum`, `maximum`), booleans and `enum`.
+A declared read-only tool returns, as the tool result the agent reads next, `NAME ARGS returned
+VALUE`: the environment's value under the arguments' `key` (or under the arguments' JSON when
+there is no `key`; `null` where nothing is stored); a consequential one, committed, stores its
+`value` (or its arguments) there and returns `NAME ARGS done`. A call's arguments take at most
+`--call-tokens` tokens (by default 64, or the longest arguments a declared tool allows, whichever
+is more); a call cut shorter is invalid, fails without running, and `unsee show` marks it.
+`unsee show` prints each result the agent read back.
 
 ```json
 {"tools": [{"name": "ship_gift", "consequential": true, "parameters": {"type": "object", "properties": {"address": {"type": "string", "maxLength": 48}}}}]}

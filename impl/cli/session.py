@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -20,6 +21,10 @@ def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observa
         model: str = typer.Option("tiny-llama", help="tiny-llama | tiny-qwen2 | tiny-mistral | recall-tiny | "
                                                     "recall-tiny-2 | recall-tiny-3 | smollm2 | reference | a path."),
         max_new_tokens: int = typer.Option(8, help="Reply length for user lines that do not say."),
+        call_tokens: Optional[int] = typer.Option(None, min=1, help="The most tokens a tool call's JSON arguments "
+                                                  "may take, with the end token (default: 64, or more where a "
+                                                  "declared tool's longest arguments need it); a call cut there is "
+                                                  "invalid and fails without running."),
         seed: Optional[int] = typer.Option(None, help="Sample with this seed (default: greedy decoding)."),
         policy: Policy = typer.Option(Policy.every, help="Checkpoint policy."),
         kv_pages: KvPages = typer.Option(KvPages.keep, help="keep: persist every block's K/V rows so that a forget "
@@ -40,11 +45,22 @@ def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observa
     try:
         stream, tools = parse_episode(episode, max_new_tokens)  # every line is checked before anything is written
         settings = {} if model == "reference" else {"dtype": dtype.value, "threads": threads, "attn": attn.value}
+        if call_tokens is None:  # room for the longest arguments of every declared tool
+            call_tokens = max([Config.call_tokens] + [t.arguments.longest() + 1 for t in tools])
+            if call_tokens > Config.call_tokens:
+                out.print(f"tool calls: up to {call_tokens} tokens of arguments (a declared tool's longest arguments "
+                          "need them; --call-tokens sets it)")
+        config = Config(sampling=seed is not None, seed=seed, tools=tools, call_tokens=call_tokens)
+        for line in config.calls_that_may_be_cut():
+            console.print(f"[yellow]warning[/yellow] {escape(line.replace('call_tokens', '--call-tokens'))}",
+                          soft_wrap=True)
         with progress() as p:
             task = p.add_task(f"run {episode.name} on {model}", total=len(stream))
-            agent = Agent.create(db, model, Config(sampling=seed is not None, seed=seed, tools=tools), policy.value,
-                                 kv_pages=kv_pages is KvPages.keep, observations=stream,
-                                 on_step=lambda: p.advance(task), **settings)
+            with warnings.catch_warnings():  # printed above, as the command's own warning
+                warnings.filterwarnings("ignore", message="tool .*: its longest arguments")
+                agent = Agent.create(db, model, config, policy.value,
+                                     kv_pages=kv_pages is KvPages.keep, observations=stream,
+                                     on_step=lambda: p.advance(task), **settings)
     except (UnseeError, ValueError) as e:
         fail(e)
     with agent:
@@ -173,7 +189,12 @@ def show(db: Path = typer.Option(..., help="The session store."),
         for r in t["replies"]:
             out.print(f"    [magenta]reply[/magenta] {r}", soft_wrap=True)
         for c in t["calls"]:
-            out.print(f"    [blue]call[/blue] {c['tool']}({c['arguments']})", soft_wrap=True)
+            why = "" if c["valid"] else (f" [red](invalid: cut at {c['tokens']} tokens, call_tokens; the call failed "
+                                         "and did not run)[/red]" if c["cut"] else
+                                         " [red](invalid for its schema: the call failed and did not run)[/red]")
+            out.print(f"    [blue]call[/blue] {escape(c['tool'])}({escape(c['arguments'])}){why}", soft_wrap=True)
+        for r in t["results"]:
+            out.print(f"    [green]result[/green] {escape(r)}", soft_wrap=True)
         for m in t["memory"]:
             out.print(f"    [yellow]memory[/yellow] {m['text']}", soft_wrap=True)
         if t["summary"] is not None:

@@ -219,8 +219,12 @@ class Agent:
         path is claimed; the agent's `settings_note` says which and why."""
         from pathlib import Path
 
+        import warnings
+
         from unsee.impl.store.sqlite import Store
 
+        for line in config.calls_that_may_be_cut():  # Config(call_tokens=...) makes room
+            warnings.warn(line, stacklevel=2)
         store = Store(path, create=True)  # refuses an existing path, before anything is loaded
         note = None
         try:

@@ -1,11 +1,11 @@
 """A stored session as a person reads it, and its provenance graph as a picture.
 
-`session_view` decodes every turn: the observation's parts with their source ids, the replies
-the model decoded, memory records, the summary a compaction wrote, pending tool calls, the side
-effects the state's ledger records and those that went out (after a forget they can differ:
-a replay fires nothing, so what went out stays, and the difference is a compensation), and the
-receipts of earlier forgets. `draw_graph` draws G_T with one column
-per turn; given a source, it marks the artifacts that carried it, its taint closure I(z), the
+`session_view` decodes every turn: the observation's parts with their source ids, the replies the
+model decoded, tool calls and the results the agent read back, memory records, the summary a
+compaction wrote, pending tool calls, the side effects the state's ledger records and those that
+went out (after a forget they can differ: a replay fires nothing, so what went out stays, and the
+difference is a compensation), and the receipts of earlier forgets. `draw_graph` draws G_T with one
+column per turn; given a source, it marks the artifacts that carried it, its taint closure I(z), the
 first entry τ and the checkpoint a forget would restore (Algorithm 1, lines 1–4, computed by
 `unsee.model`).
 """
@@ -61,7 +61,9 @@ def turn_view(t: int, o, prev, r, decode) -> dict:
         "parts": [{"source": p.source, "text": p.text, **({"instead_of": p.instead_of} if p.instead_of else {})}
                   for p in o.parts],
         "replies": [decode(x) for i, x in enumerate(r.outputs) if i != call],
-        "calls": [{"tool": o.tool, "arguments": decode.call(r.outputs[call])}] if call is not None else [],
+        "calls": [call_view(r.config, o.tool, r.outputs[call], decode)] if call is not None else [],
+        "results": [decode.block("tool", r.tokens[b.start:b.end]) for b in r.blocks
+                    if b.artifact in ids and b.artifact.endswith(".tool_result")],  # what a tool gave back
         "memory": [{"artifact": aid, "text": decode.block("memory", toks)} for aid, toks in r.memory if aid in ids],
         "summary": decode(r.summary) if r.summary is not None and r.summary != prev.summary else None,
         "pending_calls": [{"call_id": c.call_id, "tool": c.tool, "args": arguments(c.args)} for c in r.plan
@@ -71,6 +73,15 @@ def turn_view(t: int, o, prev, r, decode) -> dict:
         "artifacts": [{"id": a.id, "type": a.type, "sources": sorted(a.source_ids), "parents": list(a.parents)}
                       for a in made],
     }
+
+
+def call_view(config, tool: str, out, decode) -> dict:
+    """A tool call as decoded: its arguments' text, whether they are valid for the tool's schema
+    (an invalid call fails without running), and whether they were cut at `call_tokens`."""
+    text = decode.call(out)
+    valid = config.tool(tool).arguments.validate(text) is not None
+    return {"tool": tool, "arguments": text, "valid": valid, "tokens": len(out),
+            "cut": not valid and len(out) >= config.call_tokens}
 
 
 def decoder_of(lm):
@@ -143,10 +154,11 @@ COLORS = {"system": "#9aa5b1", "user": "#4c8bf5", "memory": "#f5a623", "tool": "
 
 
 def draw_graph(store, path: Path, sources=(), title: str | None = None) -> dict:
-    """Draw the stored provenance graph to `path` (.png or .svg): artifacts in one column per
-    turn, edges parent → child. With `sources`: the carrying artifacts ringed red, I(z) filled
-    red, τ and the restored checkpoint's boundary marked. After a forget, the turns the last
-    receipt replayed are shaded. Returns what was drawn."""
+    """Draw the stored provenance graph to `path` (.png or .svg): artifacts in one column per turn,
+    edges parent → child, each labelled with its type (an observation field with its source id too).
+    With `sources`: the carrying artifacts ringed red, I(z) filled red, τ and the restored
+    checkpoint's boundary marked. After a forget, the turns the last receipt replayed are shaded.
+    Returns what was drawn."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -179,14 +191,15 @@ def draw_graph(store, path: Path, sources=(), title: str | None = None) -> dict:
         x, y = pos[a.id]
         ax.scatter([x], [y], s=160, zorder=2, color="#d0021b" if a.id in taint else COLORS.get(a.type, "#cccccc"),
                    edgecolors="#d0021b" if a.id in carriers else "#333333", linewidths=2.5 if a.id in carriers else 0.6)
-        ax.text(x + 0.12, y, a.type, fontsize=7, va="center", zorder=3)
+        label = a.type if a.parents else f"{a.type} [{', '.join(sorted(a.source_ids))}]"  # a field: its source
+        ax.text(x + 0.12, y, label, fontsize=7, va="center", zorder=3)
     if plan:
         ax.axvspan(-0.5, plan["checkpoint"] + 0.5, color="#e3f0ff", zorder=0,
                    label=f"restored from checkpoint R_{plan['checkpoint']} (shared with the twin)")
         ax.axvline(plan["tau"] - 0.5, color="#d0021b", ls="--", lw=1,
                    label=f"τ = {plan['tau']}: {plan['transitions']} transitions replayed from here")
         ax.scatter([], [], s=160, color="#d0021b", label=f"I(z): {len(taint)} artifacts")
-    for type_ in sorted({a.type for a in arts if a.id not in taint}):  # the key to the other nodes' colours
+    for type_ in sorted({a.type for a in arts}):  # the key to the colours (an I(z) node is red, its label says its type)
         ax.scatter([], [], s=60, color=COLORS.get(type_, "#cccccc"), label=type_)
     ax.set_xticks(range(0, s.T + 1))
     ax.set_xlabel("turn t")

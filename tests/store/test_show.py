@@ -1,6 +1,7 @@
 """`unsee show`: a stored session decoded turn by turn, and its provenance graph drawn."""
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,9 @@ def test_show_decodes_every_turn_and_marks_what_a_forget_touches(tmp_path):
     assert len(memory.split()) == len(text.split()) and "<|" not in memory and not memory.startswith("Memory:")
     assert f"memory {memory}\n" in res.output
     assert any(t["committed"] and t["committed"][0]["tool"] == "send" for t in doc["turns"])
+    # t=5 reads back two tool results: the send committed from t=4, and its own lookup
+    assert [len(t["results"]) for t in doc["turns"]] == [0, 0, 0, 0, 2, 0, 0]
+    assert f"result {doc['turns'][4]['results'][1]}\n" in res.output
     plan = doc["forget_plan"]
     assert (plan["tau"], plan["checkpoint"], plan["transitions"]) == (3, 2, 5)
     assert "t3.1.memory" in plan["taint"] and not any(a.startswith(("t1.", "t2.")) for a in plan["taint"])
@@ -122,3 +126,45 @@ def test_the_views_compensation_names_each_kind_of_difference_at_its_turn():
                      'instead, and a replay fires nothing',
                      'send({"to": "x"}) went out; the state after the forget makes no such call',
                      'the state after the forget records pay({"n": 1}), which never went out; a replay fires nothing']
+
+
+def test_a_call_whose_arguments_would_be_cut_gets_room_or_is_shown_failed(tmp_path):
+    """A declared tool whose longest arguments (81 characters) pass the default budget of 64 tokens:
+    `run` makes room by itself, so the consequential call is planned and fires; held to 64 tokens it
+    warns before running, and `show` marks the call cut and failed (nothing planned, nothing fired)."""
+    tools = {"tools": [{"name": "book_visit", "consequential": True, "parameters": {
+        "type": "object", "properties": {"doctor": {"type": "string", "maxLength": 24},
+                                         "reason": {"type": "string", "maxLength": 32}}}}]}
+    lines = [tools, {"kind": "system", "source": "sys", "text": "You book clinic visits."},
+             {"kind": "user", "source": "u1", "text": "Book me a visit for my knee.", "reply": 4, "tool": "book_visit"},
+             {"kind": "user", "source": "u2", "text": "Thanks.", "reply": 4}]
+    episode = tmp_path / "clinic.jsonl"
+    episode.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    views = {}
+    for name, extra in (("roomy", []), ("tight", ["--call-tokens", "64"])):
+        db = tmp_path / f"{name}.db"
+        res = runner.invoke(app, ["run", str(episode), "--db", str(db), "--model", "tiny-llama", *extra])
+        assert res.exit_code == 0, res.output
+        warned = "book_visit: its longest arguments take 81 characters" in " ".join(res.output.split())
+        assert warned == (name == "tight"), res.output
+        shown = runner.invoke(app, ["show", "--db", str(db), "--json", str(tmp_path / f"{name}.json")])
+        assert shown.exit_code == 0, shown.output
+        views[name] = (json.loads((tmp_path / f"{name}.json").read_text())["turns"][1], shown.output)
+    (roomy, out), (tight, cut) = views["roomy"], views["tight"]
+    assert "up to 82 tokens of arguments" not in cut
+    assert roomy["calls"][0]["valid"] and not roomy["calls"][0]["cut"] and roomy["pending_calls"]
+    assert tight["calls"][0] == {**tight["calls"][0], "valid": False, "cut": True, "tokens": 64}
+    assert not tight["pending_calls"] and "invalid: cut at 64 tokens" in " ".join(cut.split())
+    assert "fired book_visit(" in out and "fired book_visit(" not in cut
+
+
+def test_the_python_api_warns_of_a_call_that_may_be_cut(tmp_path):
+    from unsee.model import Config
+    from unsee.model.tools import Tool
+
+    tool = Tool.of("note", {"type": "object", "properties": {"text": {"type": "string", "maxLength": 70}}})
+    with pytest.warns(UserWarning, match="tool note: its longest arguments take 81 characters .* Raise call_tokens to 82"):
+        Agent.create(tmp_path / "a.db", "reference", Config(tools=(tool,))).close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Agent.create(tmp_path / "b.db", "reference", Config(tools=(tool,), call_tokens=82)).close()
