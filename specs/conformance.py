@@ -23,7 +23,7 @@ def runtime_spec(request) -> str:
 def test_every_statement_holds_on_random_sessions(request, runtime_spec):
     opt = request.config.getoption
     doc = verify(factory_for(runtime_spec), examples=opt("--unsee-max-examples"), seed=opt("--unsee-seed"),
-                 max_steps=opt("--unsee-max-steps"))
+                 max_steps=opt("--unsee-max-steps"), shrink_seconds=opt("--unsee-shrink-seconds"))
     setattr(request.config, COVERAGE_KEY, doc)
     if doc["failures"]:
         reports = []

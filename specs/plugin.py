@@ -28,6 +28,8 @@ def pytest_addoption(parser):
     g.addoption("--unsee-max-steps", type=int, default=int(os.environ.get("UNSEE_MAX_STEPS", "40")),
                 help="longest session, in observations, of the one program in five that is long (default 40)")
     g.addoption("--unsee-seed", type=int, default=0, help="Hypothesis seed (default 0)")
+    g.addoption("--unsee-shrink-seconds", type=float, default=float(os.environ.get("UNSEE_SHRINK_SECONDS", "20")),
+                help="stop shrinking a failure's trace after this long (default 20 s): longer gives shorter traces")
     g.addoption("--unsee-xfails", default=os.environ.get("UNSEE_XFAILS"),
                 help="file of test names (one per line) expected to fail for this runtime")
 

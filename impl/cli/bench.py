@@ -14,6 +14,17 @@ bench_app = typer.Typer(help="Benchmarks: measured side by side, counts and time
 app.add_typer(bench_app, name="bench")
 
 
+def print_report(items) -> None:
+    """Tables as tables; each sentence unbroken on lines of its own (a reader or a pipe searches it whole)."""
+    from unsee.impl.experiments.reports import Tab, rich_table
+
+    for item in items:
+        if isinstance(item, Tab):
+            out.print(rich_table(item))
+        else:
+            out.print(item, soft_wrap=True)
+
+
 @bench_app.command("store")
 def bench_store(T: list[int] = typer.Option([100, 200, 400, 800], "--T", help="Session lengths (repeatable)."),
                 suffix: int = typer.Option(12, help="Turns from the target to the end (T−τ+1)."),
@@ -58,7 +69,7 @@ def bench_forget(model: list[str] = typer.Option(["tiny-llama"], help="Model nam
     """B5, B5′ and B7 side by side on a stored agent session, each against the limit of its own forwards."""
     from unsee.impl.experiments.bench_sessions import AGENT_SUFFIX
     from unsee.impl.experiments.limit import METHODS, plot_side_by_side, side_by_side, side_by_side_report
-    from unsee.impl.experiments.reports import Tab, report_markdown, rich_table
+    from unsee.impl.experiments.reports import report_markdown
 
     if "reference" in model:
         fail(ValueError("bench forget times a real model's forwards; the reference model has none (use "
@@ -80,8 +91,7 @@ def bench_forget(model: list[str] = typer.Option(["tiny-llama"], help="Model nam
                                dtype=dtype.value)
             docs.append(doc)
             items += side_by_side_report(doc)
-    for item in items:
-        out.print(rich_table(item) if isinstance(item, Tab) else item)
+    print_report(items)
     if markdown is not None:
         markdown.write_text(report_markdown(f"unsee bench forget, T={T}", items))
         console.print(f"[dim]wrote {markdown}[/dim]")
@@ -118,7 +128,7 @@ def bench_cost_law(model: str = typer.Option("tiny-llama", help="Model name or p
     from unsee.impl.experiments.bench_plot import plot
     from unsee.impl.experiments.bench_sessions import AGENT_SUFFIX, AGENT_T, sweep_taus
     from unsee.impl.experiments.bench_sweeps import SWEEP_METHODS
-    from unsee.impl.experiments.reports import Tab, cost_law_report, report_markdown, rich_table
+    from unsee.impl.experiments.reports import cost_law_report, report_markdown
 
     try:
         fractions = [float(x) for x in many(indep, "0,0.25,0.5,0.75,1")]
@@ -141,8 +151,7 @@ def bench_cost_law(model: str = typer.Option("tiny-llama", help="Model name or p
         task = p.add_task(f"cost law ({shape}) on {model}", total=total)
         doc = cost_law(model, T, fractions, reply, repeats, sizes, on_point=lambda: p.advance(task), shape=shape,
                        cross=cross_process, sweep_tau=sweep_tau, sweep_methods=methods)
-    for item in cost_law_report(doc):
-        out.print(rich_table(item) if isinstance(item, Tab) else item)
+    print_report(cost_law_report(doc))
     if markdown is not None:
         markdown.write_text(report_markdown(f"unsee bench cost-law: {model}, {shape} shape, T={T}", cost_law_report(doc)))
         console.print(f"[dim]wrote {markdown}[/dim]")

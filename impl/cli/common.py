@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import sys
 import time
 from contextlib import contextmanager
 from enum import Enum
@@ -65,8 +67,16 @@ def args_text(args) -> str:
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Exact execution-state unlearning for stateful LLM agents, and the proofs that it is exact.")
-console = Console(stderr=True)
-out = Console()
+
+
+def _width(stream) -> int | None:
+    """Rich's width: the terminal's, or $COLUMNS; 120 for a pipe or a file (Rich would take 80 and
+    squeeze a table's headers into two lines)."""
+    return None if os.environ.get("COLUMNS") or stream.isatty() else 120
+
+
+console = Console(stderr=True, width=_width(sys.stderr))
+out = Console(width=_width(sys.stdout))
 
 
 def write_json(doc: dict, path: Optional[Path]) -> None:

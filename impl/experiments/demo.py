@@ -44,11 +44,20 @@ def layers_text(rt) -> dict[str, str]:
     return {
         "observation log": " | ".join(p.text for o in rt.session.observations for p in o.parts),
         "context (KV)": tmpl.detokenize(s.tokens),
-        "memory": " | ".join(tmpl.detokenize(t) for _, t in s.memory),
+        "memory": " | ".join(tmpl.unwrap("memory", t) for _, t in s.memory),
         "summary": tmpl.detokenize(s.summary or ()),
         "tool calls (ledger)": " | ".join(f"{e.tool}({e.args})" for e in s.ledger),
         "pending plan": " | ".join(f"{c.tool}({c.args})" for c in s.plan),
     }
+
+
+def excerpt(text: str, word: str, width: int = 200) -> str:
+    """At most `width` characters of `text`, around the first `word` where it holds one."""
+    at = text.find(word)
+    if len(text) <= width:
+        return text
+    start = 0 if at < 0 else min(max(0, at - width // 2), len(text) - width)
+    return ("…" if start else "") + text[start:start + width] + ("…" if start + width < len(text) else "")
 
 
 def run_demo(model: str = "smollm2", console: Console | None = None) -> dict:
@@ -66,7 +75,7 @@ def run_demo(model: str = "smollm2", console: Console | None = None) -> dict:
     con.print("\n[bold]What the agent derived from the address[/bold]")
     for name, text in layers_text(live).items():
         if name != "context (KV)":
-            con.print(f"  {name}: {text.strip()[:200]!r}")
+            con.print(f"  {name}: {escape(repr(excerpt(text.strip(), 'Wallaby')))}", soft_wrap=True)
 
     with con.status("branching B1 (memory delete), B7 (selective replay) and B5 (full reset)"):
         b1, b7, b5 = live.branch(), live.branch(), live.branch()  # paired: the same contaminated state

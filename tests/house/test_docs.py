@@ -112,6 +112,9 @@ def test_every_readme_command_runs(tmp_path, monkeypatch):
     # What the README says about these commands' output.
     demo = next(o for l, o in outputs.items() if " demo" in l)
     assert "5 = T−τ+1 = 10−6+1 transitions" in " ".join(demo.split())
+    derived = {x.split(":")[0].strip(): x for x in demo.splitlines() if x.startswith("  ") and ":" in x}
+    assert "Wallaby" in derived["observation log"] and "Wallaby" in derived["memory"]  # the excerpt shows it
+    assert "<|im_start|>" not in derived["memory"]
     receipt = json.loads((tmp_path / "receipt.json").read_text())
     assert (receipt["tau"], receipt["T"], receipt["checkpoint"], receipt["transitions"]) == (3, 7, 2, 5)
     assert len(receipt["compensation"]) == 1 and receipt["tokens_restored"] > 0
@@ -129,7 +132,7 @@ def test_readme_python_example_runs(tmp_path, monkeypatch):
 
 
 def test_readme_langgraph_example_makes_a_prebuilt_agent_forgettable(tmp_path, monkeypatch):
-    """The README's LangGraph section, verbatim: a create_react_agent with its own two tools."""
+    """The README's LangGraph section, verbatim: LangChain's `create_agent` with its own two tools."""
     monkeypatch.chdir(tmp_path)
     _, code = _blocks(README.read_text(), "python")
     assert len(code.splitlines()) <= 25
@@ -144,13 +147,13 @@ def test_readme_langgraph_example_makes_a_prebuilt_agent_forgettable(tmp_path, m
 
     import torch
     from langgraph.checkpoint.sqlite import SqliteSaver
-    from langgraph.prebuilt import create_react_agent
+    from langchain.agents import create_agent
 
     from unsee.impl.integrations.langgraph.runtime import thread_values
 
     kv = [tuple(t.clone() for t in pair) for pair in env["llm"].context.kv()]
-    twin = create_react_agent(env["llm"], [env["read_only"](env["find_doctor"]), env["booking"]],
-                              checkpointer=SqliteSaver(sqlite3.connect(":memory:", check_same_thread=False)))
+    twin = create_agent(env["llm"], [env["read_only"](env["find_doctor"]), env["booking"]],
+                        checkpointer=SqliteSaver(sqlite3.connect(":memory:", check_same_thread=False)))
     for source, text in [("u1", "I need a doctor"), ("med", None), ("u2", "book a visit")]:
         twin.invoke({"messages": [env["source_message"](text, source)] if text else []}, env["config"])
     assert thread_values(twin.get_state(env["config"]).values) == thread_values(env["agent"].get_state(env["config"]).values)

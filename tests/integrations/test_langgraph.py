@@ -17,6 +17,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("langgraph", reason="install the test extras: bash scripts/setup.sh --tests")
+
 import torch
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
