@@ -206,7 +206,9 @@ class Agent:
     def __init__(self, store, runtime) -> None:
         self.store = store
         self.runtime = runtime
-        self.root = store.root()  # the store this runtime holds; another writer moves it
+        # the root of the store this runtime's session was read from or saved as (never re-read:
+        # another writer may have saved since, and a step must then reopen, not overwrite it)
+        self.root = runtime.root
         self.settings_note: str | None = None  # how `create` chose the attention kernel, if it did
 
     @classmethod
@@ -238,7 +240,7 @@ class Agent:
                 rt.step(obs)
                 if on_step:
                     on_step()
-            store.save(rt.session, model, dict(rt.digest()))
+            rt.root = store.save(rt.session, model, dict(rt.digest()))
         except BaseException:
             store.close()
             for suffix in ("", "-journal", ".lock"):  # the path was claimed by this call: give it back
@@ -297,7 +299,7 @@ class Agent:
         except TraceViolation:
             self.root = None  # the runtime holds what was not persisted: the next step reopens the store
             raise
-        self.root = self.store.root()
+        self.root = self.runtime.root  # what the forget saved (another writer may have saved since)
         return doc
 
     def check(self) -> dict:

@@ -170,3 +170,45 @@ def test_two_agents_in_threads_of_one_process_take_turns(tmp_path):
     assert set(acknowledged["a"] + acknowledged["b"]) <= st.sources() and st.length() == 10 + 30
     st.close()
     check_exact(db)
+
+
+def test_an_agent_that_read_the_store_before_another_saved_steps_on_top_of_it(tmp_path, monkeypatch):
+    """An agent's session and the root it compares before saving are one read: a save that lands
+    after `Agent.open` read the store (or after its forget saved), before its next step, makes
+    that step reopen the store instead of overwriting the other step. Both races are forced here:
+    the other agent steps at exactly those points."""
+    import unsee.impl.store.session as session
+    from unsee.impl.store.session import Agent
+
+    db = run_store(tmp_path, "read.db")
+    other = Agent.open(db)
+    open_runtime, forget_stored = session.open_runtime, session.forget_stored
+
+    def other_steps(source):
+        other.step(Observation("user", (Part(source, f"{source} please"),), reply=2))
+
+    def open_then_other_steps(store, **kw):
+        rt = open_runtime(store, **kw)
+        other_steps("a0")  # after this agent's read, before it returns
+        return rt
+
+    monkeypatch.setattr(session, "open_runtime", open_then_other_steps)
+    agent = Agent.open(db)
+    monkeypatch.setattr(session, "open_runtime", open_runtime)
+    agent.step(Observation("user", (Part("b0", "b0 please"),), reply=2))
+
+    def forget_then_other_steps(*args, **kw):
+        out = forget_stored(*args, **kw)
+        other_steps("a1")  # after this agent's forget saved, before it returns
+        return out
+
+    monkeypatch.setattr(session, "forget_stored", forget_then_other_steps)
+    agent.forget(["z"])
+    monkeypatch.setattr(session, "forget_stored", forget_stored)
+    agent.step(Observation("user", (Part("b1", "b1 please"),), reply=2))
+    agent.close()
+    other.close()
+    st = Store(db)
+    assert {"a0", "b0", "a1", "b1"} <= st.sources() and st.length() == 10 + 4 and st.is_forgotten("z")
+    st.close()
+    check_exact(db)
