@@ -113,8 +113,8 @@ def test_every_readme_command_runs(tmp_path, monkeypatch):
     demo = next(o for l, o in outputs.items() if " demo" in l)
     assert "5 = T−τ+1 = 10−6+1 transitions" in " ".join(demo.split())
     derived = {x.split(":")[0].strip(): x for x in demo.splitlines() if x.startswith("  ") and ":" in x}
-    assert "Wallaby" in derived["observation log"] and "Wallaby" in derived["memory"]  # the excerpt shows it
-    assert "<|im_start|>" not in derived["memory"]
+    assert "Wallaby" in derived["observation log"]  # the excerpt is centred on the address
+    assert "<|im_start|>" not in derived["memory"]  # tiny-llama's write-back: its own words, no markup
     receipt = json.loads((tmp_path / "receipt.json").read_text())
     assert (receipt["tau"], receipt["T"], receipt["checkpoint"], receipt["transitions"]) == (3, 7, 2, 5)
     assert len(receipt["compensation"]) == 1 and receipt["tokens_restored"] > 0
@@ -191,3 +191,15 @@ def test_relative_links_point_at_files(page):
     for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text()):
         if "://" not in target:
             assert (path.parent / target).exists(), f"{page} links to {target}, which does not exist"
+
+
+def test_the_demo_shows_each_layer_around_the_address():
+    """A layer longer than the excerpt is shown around its first "Wallaby" (the first 200
+    characters would hide an address that comes later), and shown whole when it is short."""
+    from unsee.impl.experiments.demo import excerpt
+
+    text = "x" * 500 + " 42 Wallaby Way " + "y" * 500
+    shown = excerpt(text, "Wallaby")
+    assert "Wallaby" in shown and shown.startswith("…") and shown.endswith("…") and len(shown) == 202
+    assert excerpt(text[:150], "Wallaby") == text[:150]
+    assert excerpt(text, "nowhere") == text[:200] + "…"
