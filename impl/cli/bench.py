@@ -6,8 +6,10 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
-from unsee.impl.cli.common import Attn, Dtype, Shape, app, console, fail, many, out, progress, write_json
+from unsee.impl.cli.common import (Attn, Dtype, Shape, app, console, fail, many, out, progress, threads_arg,
+                                   threads_value, write_json)
 
 
 bench_app = typer.Typer(help="Benchmarks: measured side by side, counts and times reported.")
@@ -58,11 +60,14 @@ def bench_forget(model: list[str] = typer.Option(["tiny-llama"], help="Model nam
                  repeats: int = typer.Option(3, help="Forgets per method, each in a fresh process on its own "
                                              "copy of the store (medians reported)."),
                  attn: Attn = typer.Option(Attn.auto, help="Attention kernel the session runs under (auto: as "
-                                           "`unsee run` chooses it)."),
-                 threads: int = typer.Option(1, min=1, help="CPU threads of every forward, the session's and "
-                                             "every method's (part of the state, like the kernel)."),
+                                           "`unsee run` chooses it, with any other auto setting)."),
+                 threads: str = typer.Option("1", callback=threads_value, metavar="auto|N",
+                                             help="CPU threads of every forward, the session's and every "
+                                             "method's (part of the state, like the kernel; auto: as `unsee run` "
+                                             "chooses it; 1 by default, as docs/results ran)."),
                  dtype: Dtype = typer.Option(Dtype.float32, help="Weights and cache dtype of the session and "
-                                             "every method (part of the state, like the kernel)."),
+                                             "every method (part of the state, like the kernel; auto: as `unsee "
+                                             "run` chooses it)."),
                  json_path: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
                  markdown: Optional[Path] = typer.Option(None, help="Write the tables as Markdown here."),
                  plot_path: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG here.")) -> None:
@@ -80,15 +85,15 @@ def bench_forget(model: list[str] = typer.Option(["tiny-llama"], help="Model nam
     docs, items = [], []
     with progress(every=10.0) as p:
         for m in model:
-            kernel = attn.value
-            if attn is Attn.auto:
-                from unsee.impl.engine.settings import choose_attn
+            chosen = {"attn": attn.value, "dtype": dtype.value, "threads": threads_arg(threads)}
+            if "auto" in chosen.values():
+                from unsee.impl.engine.settings import choose, label
 
-                kernel, why = choose_attn(m, dtype=dtype.value, threads=threads)
-                console.print(f"[dim]{m}: {kernel} attention ({why})[/dim]")
+                chosen, why = choose(m, None, **chosen)
+                console.print(f"[dim]{m}: {escape(label(chosen))} ({escape(why)})[/dim]", soft_wrap=True)
             task = p.add_task(f"{m}: run, then {repeats}× {', '.join(METHODS)}", total=1 + repeats * len(METHODS))
-            doc = side_by_side(m, T, repeats, attn=kernel, on_step=lambda _: p.advance(task), threads=threads,
-                               dtype=dtype.value)
+            doc = side_by_side(m, T, repeats, attn=chosen["attn"], on_step=lambda _: p.advance(task),
+                               threads=chosen["threads"], dtype=chosen["dtype"])
             docs.append(doc)
             items += side_by_side_report(doc)
     print_report(items)

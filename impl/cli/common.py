@@ -46,8 +46,20 @@ class Attn(str, Enum):
 
 
 class Dtype(str, Enum):
+    auto = "auto"
     float32 = "float32"
     bfloat16 = "bfloat16"
+
+
+def threads_value(value: str) -> str:
+    """--threads: "auto" or a count >= 1 (typer calls this to check the option)."""
+    if value != "auto" and not (value.isdigit() and int(value) >= 1):
+        raise typer.BadParameter(f"{value!r} is neither auto nor a count >= 1")
+    return value
+
+
+def threads_arg(value: str):
+    return value if value == "auto" else int(value)
 
 
 class Shape(str, Enum):

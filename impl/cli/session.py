@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from unsee.impl.cli.common import (Attn, Dtype, KvPages, Method, Policy, app, args_text, console, fail, opened_store,
-                                   out, progress, write_json)
+                                   out, progress, threads_arg, threads_value, write_json)
 
 
 @app.command()
@@ -30,13 +30,16 @@ def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observa
         kv_pages: KvPages = typer.Option(KvPages.keep, help="keep: persist every block's K/V rows so that a forget "
                                      "restores its checkpoint by reading them; none: re-materialize instead."),
         attn: Attn = typer.Option(Attn.auto, help="Attention kernel (part of the state: every later forget runs "
-                                  "under it). auto: of eager and sdpa, those whose premise self-test holds here, the "
-                                  "faster on a long block and short forwards after it, measured once per model and "
-                                  "machine."),
-        dtype: Dtype = typer.Option(Dtype.float32, help="Weights and cache dtype (bfloat16: other numerics than "
-                                    "float32, so other replies; faster only where the CPU has bfloat16 kernels)."),
-        threads: int = typer.Option(1, min=1, help="CPU threads of every forward (part of the state, like the "
-                                    "kernel: more threads split the reductions differently).")) -> None:
+                                  "under it). auto: eager or sdpa, whichever is faster here (see --threads)."),
+        dtype: Dtype = typer.Option(Dtype.auto, help="Weights and cache dtype, part of the state (bfloat16: other "
+                                    "numerics than float32, so other replies). auto: float32 or bfloat16, whichever "
+                                    "is faster here (see --threads)."),
+        threads: str = typer.Option("auto", callback=threads_value, metavar="auto|N",
+                                    help="CPU threads of every forward (part of the state, like the kernel: more "
+                                    "threads split the reductions differently). auto: 1 or every core. Every auto "
+                                    "setting is chosen together: of the combinations whose premise self-test holds "
+                                    "here, the fastest on a long block and short forwards after it, measured once "
+                                    "per model and machine and stated in the output.")) -> None:
     """Run a session from an episode file and store it."""
     from unsee.impl.store.episode import parse_episode
     from unsee.impl.store.session import Agent
@@ -44,7 +47,8 @@ def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observa
 
     try:
         stream, tools = parse_episode(episode, max_new_tokens)  # every line is checked before anything is written
-        settings = {} if model == "reference" else {"dtype": dtype.value, "threads": threads, "attn": attn.value}
+        settings = {} if model == "reference" else {"dtype": dtype.value, "threads": threads_arg(threads),
+                                                    "attn": attn.value}
         if call_tokens is None:  # room for the longest arguments of every declared tool
             call_tokens = max([Config.call_tokens] + [t.arguments.longest() + 1 for t in tools])
             if call_tokens > Config.call_tokens:
@@ -54,6 +58,9 @@ def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observa
         for line in config.calls_that_may_be_cut():
             console.print(f"[yellow]warning[/yellow] {escape(line.replace('call_tokens', '--call-tokens'))}",
                           soft_wrap=True)
+        if "auto" in settings.values():
+            console.print("[dim]choosing the auto settings: each candidate is measured once per model and machine "
+                          "(a minute or more for a model the size of SmolLM2), then read back[/dim]", soft_wrap=True)
         with progress() as p:
             task = p.add_task(f"run {episode.name} on {model}", total=len(stream))
             with warnings.catch_warnings():  # printed above, as the command's own warning
@@ -73,7 +80,7 @@ def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observa
             out.print(f"settings: {identity['dtype']}, {identity['attn']} attention, {identity['threads']} thread(s) "
                       f"on {identity['device']} (every later forget and check runs under these)")
             if agent.settings_note:
-                out.print(f"attention: {agent.settings_note}")
+                out.print(f"chosen: {agent.settings_note}", soft_wrap=True)
         if n_pages:
             out.print(f"K/V pages: {n_pages} blocks, {page_tokens} tokens, {page_bytes / 1e6:.1f} MB "
                       f"({page_bytes / page_tokens / 1e3:.1f} KB per token); capture "

@@ -1,11 +1,13 @@
 """Execution settings chosen by measurement on this machine, for a new store.
 
-The attention kernel is part of a state's definition (the store records it and every later
-process runs under it), so it is chosen once, when a session is created: of the kernels
-whose premise self-test holds here (`row_independence`: a reply's rows do not read later
-tokens, bit for bit), the one that runs a forget's kind of work faster. The measurement is
-kept beside the self-test results, keyed the same way (weights, dtype, device, threads,
-versions, CPU flags), so it is taken once per model and machine.
+The attention kernel, the dtype and the thread count are part of a state's definition (the
+store records them and every later process runs under them), so they are chosen once, when a
+session is created: of the candidate settings whose premise self-test holds here
+(`row_independence`: a reply's rows do not read later tokens, bit for bit), the one that runs a
+forget's kind of work fastest. Each setting is its own state: bfloat16 gives other replies than
+float32, and two threads other bits than one. The measurement is kept beside the self-test
+results, keyed the same way (weights, dtype, device, threads, versions, CPU flags), so it is
+taken once per model and machine.
 """
 
 from __future__ import annotations
@@ -13,50 +15,90 @@ from __future__ import annotations
 import time
 
 KERNELS = ("eager", "sdpa")
+DTYPES = ("float32", "bfloat16")
 CONTEXT, BLOCK, BLOCKS = 768, 8, 4  # a long prefill, then short forwards at that context (a replay's mix)
-ROUNDS = 2  # the kernels measured in turn, each round; the fastest round of each counts
-VERSION = 2  # bump when the probe changes: older measurements are then not read
+ROUNDS = 2  # the settings measured in turn, each round; the fastest round of each counts
+VERSION = 3  # bump when the probe changes: older measurements are then not read
 
 
-def choose_attn(model: str, dtype: str = "float32", device: str | None = None, threads: int = 1) -> tuple[str, str]:
-    """(kernel, a sentence saying why) for a new store of `model`: the faster of KERNELS on a
-    CONTEXT-token prompt block plus BLOCKS forwards of BLOCK tokens after it (the best of
-    ROUNDS rounds, the kernels in turn), among those whose self-test holds. The losing
-    kernel's weights are dropped from the load cache."""
+def cores() -> int:
+    """CPU cores this process may run on."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def candidates(attn: str = "auto", dtype: str = "auto", threads="auto", device: str | None = None) -> list[dict]:
+    """The settings to choose among: each "auto" field takes every value that may run here
+    (kernels: eager and sdpa; dtypes: float32 and bfloat16; threads: 1 and every core, on a CPU),
+    any other value is kept as given."""
+    from unsee.impl.engine import models
+
+    on_cpu = models.pick_device(device).type == "cpu"
+    ks = KERNELS if attn == "auto" else (attn,)
+    ds = DTYPES if dtype == "auto" else (dtype,)
+    ts = (sorted({1, cores()}) if on_cpu else [1]) if threads == "auto" else [int(threads)]
+    return [{"attn": k, "dtype": d, "threads": t} for d in ds for k in ks for t in ts]
+
+
+def label(c: dict) -> str:
+    return f"{c['attn']}, {c['dtype']}, {c['threads']} thread(s)"
+
+
+def choose(model: str, device: str | None = None, attn: str = "auto", dtype: str = "auto", threads="auto"
+           ) -> tuple[dict, str]:
+    """({"attn", "dtype", "threads"}, a sentence saying why) for a new store of `model`: of the
+    `candidates`, the fastest on a CONTEXT-token prompt block plus BLOCKS forwards of BLOCK tokens
+    after it (the best of ROUNDS rounds, the settings in turn), among those whose self-test holds.
+    With a single candidate nothing is measured. The losers' weights are dropped from the load cache."""
+    import torch
+
     from unsee.impl.engine import models
     from unsee.impl.engine.attention import gqa_kernel
     from unsee.impl.engine.kv import KVEngine
     from unsee.impl.engine.selftest import read_result, selftest_key, write_result
 
-    engines = {k: KVEngine(models.load(model, dtype, device, attn=k).model, models.pick_device(device), threads)
-               for k in KERNELS}
-    for e in engines.values():
+    cands = candidates(attn, dtype, threads, device)
+    if len(cands) == 1:
+        return cands[0], "as given"
+    before = torch.get_num_threads()
+    engines = {}
+    for c in cands:
+        e = KVEngine(models.load(model, c["dtype"], device, attn=c["attn"]).model, models.pick_device(device),
+                     c["threads"])
         e.kernel = gqa_kernel(e)  # measured as a store would run it
+        engines[label(c)] = e
     key = {"probe": [VERSION, CONTEXT, BLOCK, BLOCKS],
-           **{k: {**selftest_key(e, k), "kernel": e.kernel} for k, e in engines.items()}}
-    cached = read_result(key, prefix="attn-")
+           **{label(c): {**selftest_key(engines[label(c)], c["attn"]), "kernel": engines[label(c)].kernel}
+              for c in cands}}
+    cached = read_result(key, prefix="settings-")
     if cached is not None and isinstance(cached.get("seconds"), dict) and isinstance(cached.get("refused"), list):
         seconds, refused = cached["seconds"], cached["refused"]
     else:
         cached = None
         seconds, refused = _measure(engines)
-        write_result(key, {"seconds": seconds, "refused": refused}, prefix="attn-")
+        write_result(key, {"seconds": seconds, "refused": refused}, prefix="settings-")
     for e in engines.values():
         e.release()
+    torch.set_num_threads(before)
+    by_name = {label(c): c for c in cands}
     if not seconds:
-        for kernel in KERNELS[1:]:
-            models.forget(model, dtype, device, kernel)
-        return "eager", (f"the premise self-test fails for every kernel here ({', '.join(refused)}): eager, with "
-                         "recorded replies never reused")
-    best = min(seconds, key=seconds.get)
-    for kernel in KERNELS:
-        if kernel != best:
-            models.forget(model, dtype, device, kernel)
-    timed = ", ".join(f"{k} {1000 * s:.0f} ms" for k, s in seconds.items())
-    why = (f"auto: the faster kernel here on a {CONTEXT}-token block and {BLOCKS} {BLOCK}-token forwards after it "
-           f"({timed}; {'measured earlier on this machine' if cached is not None else 'measured now'})")
-    if refused:
-        why += f"; {', '.join(refused)} refused: its self-test fails"
+        best = next((c for c in cands if c["attn"] == "eager" and c["dtype"] == "float32"), cands[0])
+        why = (f"the premise self-test fails for every candidate here ({'; '.join(refused)}): {label(best)}, "
+               "with recorded replies never reused")
+    else:
+        best = by_name[min(seconds, key=seconds.get)]
+        timed = "; ".join(f"{name} {1000 * t:.0f} ms" for name, t in sorted(seconds.items(), key=lambda x: x[1]))
+        why = (f"auto: the fastest here on a {CONTEXT}-token block and {BLOCKS} {BLOCK}-token forwards after it "
+               f"({timed}; {'measured earlier on this machine' if cached is not None else 'measured now'})")
+        if refused:
+            why += f"; {'; '.join(refused)} refused: its self-test fails"
+    for c in cands:
+        if (c["attn"], c["dtype"]) != (best["attn"], best["dtype"]):
+            models.forget(model, c["dtype"], device, c["attn"])
     return best, why
 
 
@@ -65,27 +107,33 @@ def _measure(engines) -> tuple[dict, list]:
 
     from unsee.impl.engine.selftest import row_independence
 
-    refused = [k for k, e in engines.items() if not row_independence(e)[0]]
+    refused = []
+    for name, engine in engines.items():
+        torch.set_num_threads(engine.threads)
+        if not row_independence(engine)[0]:
+            refused.append(name)
     probes = {}
-    for kernel, engine in engines.items():
-        if kernel in refused:
+    for name, engine in engines.items():
+        if name in refused:
             continue
+        torch.set_num_threads(engine.threads)
         config = engine.model.config
         n = min(CONTEXT, getattr(config, "max_position_embeddings", CONTEXT + BLOCK * BLOCKS) - BLOCK * BLOCKS - 1)
-        probes[kernel] = (n, torch.randint(10, config.vocab_size, (n + BLOCK * BLOCKS,),
-                                           generator=torch.Generator().manual_seed(0)).tolist())
+        probes[name] = (n, torch.randint(10, config.vocab_size, (n + BLOCK * BLOCKS,),
+                                         generator=torch.Generator().manual_seed(0)).tolist())
         engine.reset()
-        engine.prefill(probes[kernel][1][:BLOCK])  # warm the kernel up
+        engine.prefill(probes[name][1][:BLOCK])  # warm the kernel up
     seconds: dict[str, float] = {}
     for _ in range(ROUNDS):
-        for kernel, (n, ids) in probes.items():
-            engine = engines[kernel]
+        for name, (n, ids) in probes.items():
+            engine = engines[name]
+            torch.set_num_threads(engine.threads)
             engine.reset()
             t0 = time.perf_counter()
             engine.prefill(ids[:n], logits=False)  # a prompt block, as a forget prefills one
             for i in range(BLOCKS):
                 engine.prefill(ids[n + i * BLOCK:n + (i + 1) * BLOCK])
-            seconds[kernel] = min(seconds.get(kernel, float("inf")), time.perf_counter() - t0)
+            seconds[name] = min(seconds.get(name, float("inf")), time.perf_counter() - t0)
     for engine in engines.values():
         engine.reset()
     return seconds, refused

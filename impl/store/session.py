@@ -209,7 +209,7 @@ class Agent:
         # the root of the store this runtime's session was read from or saved as (never re-read:
         # another writer may have saved since, and a step must then reopen, not overwrite it)
         self.root = runtime.root
-        self.settings_note: str | None = None  # how `create` chose the attention kernel, if it did
+        self.settings_note: str | None = None  # how `create` chose the settings, if it did
 
     @classmethod
     def create(cls, path, model: str = "tiny-llama", config: Config = Config(), policy: str = "every",
@@ -217,8 +217,9 @@ class Agent:
         """A new store at `path` (claimed atomically: an existing path is refused before the model
         loads) holding a new session; `observations`: steps to run first, persisted together in
         one save (`unsee run`), on_step() after each. If anything fails, the path is given back.
-        attn="auto": the kernel is chosen by measurement (`unsee.impl.engine.settings`) once the
-        path is claimed; the agent's `settings_note` says which and why."""
+        attn, dtype or threads "auto": chosen by measurement (`unsee.impl.engine.settings.choose`)
+        once the path is claimed; the agent's `settings_note` says which and why. Left out, they
+        are eager, float32 and one thread."""
         from pathlib import Path
 
         import warnings
@@ -230,11 +231,12 @@ class Agent:
         store = Store(path, create=True)  # refuses an existing path, before anything is loaded
         note = None
         try:
-            if kw.get("attn") == "auto":
+            if "auto" in (kw.get("attn"), kw.get("dtype"), kw.get("threads")):
                 from unsee.impl.engine import settings
 
-                kw["attn"], note = settings.choose_attn(model, kw.get("dtype", "float32"), kw.get("device"),
-                                                        kw.get("threads", 1))
+                chosen, note = settings.choose(model, kw.get("device"), kw.get("attn", "eager"),
+                                               kw.get("dtype", "float32"), kw.get("threads", 1))
+                kw.update(chosen)
             rt = make_runtime(model, config, policy, kv_pages=kv_pages, **kw)
             for obs in observations:
                 rt.step(obs)

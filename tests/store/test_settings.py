@@ -1,6 +1,6 @@
 """Execution settings are part of a stored state: `unsee run` records the kernel, dtype and
-threads it ran under (choosing the kernel by measurement unless told), every later process
-runs under them, and opening the store under other settings is refused."""
+threads it ran under (choosing them by measurement unless told), every later process runs
+under them, and opening the store under other settings is refused."""
 
 import json
 
@@ -28,9 +28,10 @@ def _identity(db) -> dict:
 def test_a_store_run_under_sdpa_is_forgotten_and_checked_under_sdpa(tmp_path):
     db = tmp_path / "s.db"
     runner = CliRunner()
-    res = runner.invoke(app, ["run", str(EPISODE), "--db", str(db), "--model", "tiny-llama", "--attn", "sdpa"])
+    res = runner.invoke(app, ["run", str(EPISODE), "--db", str(db), "--model", "tiny-llama", "--attn", "sdpa",
+                              "--dtype", "float32", "--threads", "1"])
     assert res.exit_code == 0, res.output
-    assert "sdpa attention" in res.output and "attention: auto" not in res.output
+    assert "sdpa attention" in res.output and "chosen:" not in res.output  # all given: nothing measured
     assert _identity(db)["attn"] == "sdpa"
     res = runner.invoke(app, ["forget", "--db", str(db), "--source", "addr"])
     assert res.exit_code == 0, res.output
@@ -48,19 +49,51 @@ def test_a_store_run_under_sdpa_is_forgotten_and_checked_under_sdpa(tmp_path):
         store.close()
 
 
-def test_run_chooses_the_kernel_by_measurement_and_says_so(tmp_path, monkeypatch):
+def test_run_chooses_kernel_dtype_and_threads_by_measurement_and_says_so(tmp_path, monkeypatch):
+    from unsee.impl.engine.settings import cores
+
     monkeypatch.setenv("UNSEE_CACHE_DIR", str(tmp_path / "cache"))  # measured here, not read from the user's cache
     db = tmp_path / "s.db"
     res = CliRunner().invoke(app, ["run", str(EPISODE), "--db", str(db), "--model", "tiny-llama"])
     assert res.exit_code == 0, res.output
-    chosen = _identity(db)["attn"]
+    chosen = {k: _identity(db)[k] for k in ("attn", "dtype", "threads")}
     text = " ".join(res.output.split())
-    assert chosen in ("eager", "sdpa") and f"{chosen} attention" in text
-    assert "attention: auto: the faster kernel here on a 768-token block and 4 8-token forwards after it (eager" in text
-    assert "measured now" in text and list((tmp_path / "cache" / "selftest").glob("attn-*.json"))
+    assert chosen["attn"] in ("eager", "sdpa") and chosen["dtype"] in ("float32", "bfloat16")
+    assert chosen["threads"] in {1, cores()}
+    assert f"settings: {chosen['dtype']}, {chosen['attn']} attention, {chosen['threads']} thread(s)" in text
+    assert "chosen: auto: the fastest here on a 768-token block and 4 8-token forwards after it (" in text
+    for attn in ("eager", "sdpa"):  # every combination was measured, and the output gives each time
+        for dtype in ("float32", "bfloat16"):
+            for threads in sorted({1, cores()}):
+                assert f"{attn}, {dtype}, {threads} thread(s) " in text, (attn, dtype, threads)
+    assert "measured now" in text and list((tmp_path / "cache" / "selftest").glob("settings-*.json"))
     res = CliRunner().invoke(app, ["run", str(EPISODE), "--db", str(tmp_path / "t.db"), "--model", "tiny-llama"])
     assert "measured earlier on this machine" in " ".join(res.output.split())  # once per model and machine
-    assert _identity(tmp_path / "t.db")["attn"] == chosen
+    assert {k: _identity(tmp_path / "t.db")[k] for k in chosen} == chosen
+
+
+def test_the_fastest_candidate_whose_self_test_holds_is_chosen(tmp_path, monkeypatch):
+    """`choose` takes the fastest setting among those whose premise self-test holds, and only
+    those: a faster setting whose self-test fails is refused and named."""
+    import unsee.impl.engine.settings as settings
+
+    fake = {"eager, float32, 1 thread(s)": 3.0, "sdpa, float32, 1 thread(s)": 2.0,
+            "eager, bfloat16, 1 thread(s)": 1.5, "sdpa, bfloat16, 1 thread(s)": 1.0}
+
+    def pick(*refuse):  # measured afresh (a new cache), with these self-tests failing
+        monkeypatch.setenv("UNSEE_CACHE_DIR", str(tmp_path / str(len(refuse))))
+        monkeypatch.setattr(settings, "_measure",
+                            lambda engines: ({k: v for k, v in fake.items() if k not in refuse}, list(refuse)))
+        return settings.choose("tiny-llama", threads=1)
+
+    assert pick()[0] == {"attn": "sdpa", "dtype": "bfloat16", "threads": 1}
+    best, why = pick("sdpa, bfloat16, 1 thread(s)")
+    assert best == {"attn": "eager", "dtype": "bfloat16", "threads": 1}
+    assert "sdpa, bfloat16, 1 thread(s) refused: its self-test fails" in why
+    best, why = pick(*fake)
+    assert best == {"attn": "eager", "dtype": "float32", "threads": 1} and "fails for every candidate" in why
+    assert settings.choose("tiny-llama", attn="sdpa", dtype="float32", threads=2) == (
+        {"attn": "sdpa", "dtype": "float32", "threads": 2}, "as given")
 
 
 def test_run_refuses_an_existing_store_before_it_measures_anything(tmp_path, monkeypatch):
@@ -68,14 +101,14 @@ def test_run_refuses_an_existing_store_before_it_measures_anything(tmp_path, mon
 
     db = tmp_path / "s.db"
     db.write_bytes(b"not yours")
-    monkeypatch.setattr(settings, "choose_attn", lambda *a, **k: pytest.fail("measured before the path was checked"))
+    monkeypatch.setattr(settings, "choose", lambda *a, **k: pytest.fail("measured before the path was checked"))
     res = CliRunner().invoke(app, ["run", str(EPISODE), "--db", str(db), "--model", "tiny-llama"])
     assert res.exit_code == 2 and "already exists" in res.output and db.read_bytes() == b"not yours"
 
 
 def test_run_refuses_settings_that_do_not_exist(tmp_path):
     runner = CliRunner()
-    for bad in (["--attn", "flash"], ["--dtype", "int8"], ["--threads", "0"]):
+    for bad in (["--attn", "flash"], ["--dtype", "int8"], ["--threads", "0"], ["--threads", "many"]):
         res = runner.invoke(app, ["run", str(EPISODE), "--db", str(tmp_path / "x.db"), *bad])
         assert res.exit_code == 2, (bad, res.output)
     assert not (tmp_path / "x.db").exists()
