@@ -360,10 +360,10 @@ def run_audit(model: str, suite: str, n: int, methods, seed: int = 0, n_tokens: 
     count = 0
     book = None
     if journal is not None:
-        from unsee.impl.store.encoding import FORMAT  # F's schedule: its episodes are that schedule's
+        from unsee.impl.engine.pages import ROOT  # names F's schedule: the episodes' replies are that schedule's
 
         header = {"journal": "unsee audit", "model": model, "suite": suite, "n": n, "seed": seed,
-                  "methods": list(methods), "tokens": n_tokens, "batch": batch, "attn": attn, "format": FORMAT}
+                  "methods": list(methods), "tokens": n_tokens, "batch": batch, "attn": attn, "schedule": ROOT}
         book = Journal(journal, header, [case.name for case, _ in todo])
         for i, res in sorted(book.done.items()):
             results[i] = res

@@ -14,7 +14,7 @@ class JournalError(ValueError):
 
 class Journal:
     """A JSON-lines file of finished episodes. The first line names the audit (model, suite,
-    seed, methods, tokens, decode, kernel, the store format whose schedule of F it ran, and the n
+    seed, methods, tokens, decode, kernel, the schedule of F it ran (`pages.ROOT`), and the n
     it was started with); each later line is one
     episode: its index, its case name and its result, appended and flushed (fsync) when the
     episode finishes. Opening an existing journal refuses one written by another audit, reads the
@@ -54,10 +54,11 @@ class Journal:
             except json.JSONDecodeError as e:
                 raise JournalError(f"{self.path} is not an audit journal: {e}") from e
             diff = sorted(k for k in set(have) | set(header) if k != "n" and have.get(k) != header.get(k))
-            if "format" in diff:  # another schedule of F: its episodes' replies are not this one's
-                raise JournalError(f"{self.path} holds episodes run at store format {have.get('format', '5 or older')}, "
-                                   f"where F's schedule differed; this unsee runs format {header.get('format')}. "
-                                   "Give a new --journal path to run them again (the old one stays as it is)")
+            if "schedule" in diff:  # another schedule of F: its episodes' replies are not this one's
+                there = have.get("schedule") or "unrecorded (a journal from before journals named it)"
+                raise JournalError(f"{self.path} holds episodes run under another schedule of F ({there}; this "
+                                   f"unsee runs {header.get('schedule')!r}). Give a new --journal path to run "
+                                   "them again (the old one stays as it is)")
             if diff:
                 what = "; ".join(f"{k}: {have.get(k)!r} there, {header.get(k)!r} here" for k in diff)
                 raise JournalError(f"{self.path} is the journal of another audit ({what}); "

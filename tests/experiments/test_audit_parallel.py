@@ -322,11 +322,11 @@ def test_a_journal_keeps_finished_episodes_and_a_rerun_reuses_them(serial, tmp_p
     assert ran == [5] and again["run"]["episodes_run"] == 0 and _strip(again) == _strip(serial)
     with pytest.raises(J.JournalError, match="seed: 4 there, 5 here"):
         run_audit("tiny-llama", "memory", 2, METHODS, seed=5, n_tokens=4, journal=path)
-    older = tmp_path / "format-5.jsonl"  # the same audit's journal, from before F's schedule changed
+    older = tmp_path / "older.jsonl"  # the same audit's journal, from before journals named the schedule
     head, *episodes = path.read_text().splitlines()
-    older.write_text("\n".join([json.dumps({k: v for k, v in json.loads(head).items() if k != "format"}),
+    older.write_text("\n".join([json.dumps({k: v for k, v in json.loads(head).items() if k != "schedule"}),
                                 *episodes]) + "\n")
-    with pytest.raises(J.JournalError, match="episodes run at store format 5 or older.*new --journal path"):
+    with pytest.raises(J.JournalError, match="another schedule of F \\(unrecorded.*new --journal path"):
         run_audit("tiny-llama", "memory", 2, METHODS, seed=4, n_tokens=4, journal=older)
     one = run_audit("tiny-llama", "memory", 1, METHODS, seed=4, n_tokens=4, journal=path)
     assert ran == [5] and one["run"]["episodes_from_journal"] == 1  # fewer episodes: the journal's first
