@@ -29,6 +29,13 @@ settings.register_profile("nightly", max_examples=2000, deadline=None, derandomi
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
+# `unsee run` chooses kernel, dtype and threads by timing unless told, and each choice is a state
+# with its own bits. A test's store must not depend on a timing, so the tests (and the processes
+# they start) run `unsee run` under these unless a test says otherwise; the tests of the choice
+# pass auto themselves.
+for _name, _value in (("UNSEE_ATTN", "eager"), ("UNSEE_DTYPE", "float32"), ("UNSEE_THREADS", "1")):
+    os.environ.setdefault(_name, _value)
+
 
 # Tiers. Every test belongs to exactly one, marked in its own file: `pytestmark = pytest.mark.tiny`
 # for a module, `@pytest.mark.heavy` (or slow, gpu) for one test; a test with no tier mark is

@@ -29,17 +29,21 @@ def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observa
         policy: Policy = typer.Option(Policy.every, help="Checkpoint policy."),
         kv_pages: KvPages = typer.Option(KvPages.keep, help="keep: persist every block's K/V rows so that a forget "
                                      "restores its checkpoint by reading them; none: re-materialize instead."),
-        attn: Attn = typer.Option(Attn.auto, help="Attention kernel (part of the state: every later forget runs "
-                                  "under it). auto: eager or sdpa, whichever is faster here (see --threads)."),
-        dtype: Dtype = typer.Option(Dtype.auto, help="Weights and cache dtype, part of the state (bfloat16: other "
-                                    "numerics than float32, so other replies). auto: float32 or bfloat16, whichever "
-                                    "is faster here (see --threads)."),
-        threads: str = typer.Option("auto", callback=threads_value, metavar="auto|N",
+        attn: Attn = typer.Option(Attn.auto, envvar="UNSEE_ATTN",
+                                  help="Attention kernel (part of the state: every later forget runs under it). "
+                                  "auto: eager or sdpa, whichever is faster here (see --threads)."),
+        dtype: Dtype = typer.Option(Dtype.auto, envvar="UNSEE_DTYPE",
+                                    help="Weights and cache dtype, part of the state (bfloat16: other numerics than "
+                                    "float32, so other replies). auto: float32 or bfloat16, whichever is faster "
+                                    "here (see --threads)."),
+        threads: str = typer.Option("auto", callback=threads_value, metavar="auto|N", envvar="UNSEE_THREADS",
                                     help="CPU threads of every forward (part of the state, like the kernel: more "
-                                    "threads split the reductions differently). auto: 1 or every core. Every auto "
-                                    "setting is chosen together: of the combinations whose premise self-test holds "
-                                    "here, the fastest on a long block and short forwards after it, measured once "
-                                    "per model and machine and stated in the output.")) -> None:
+                                    "threads split the reductions differently). auto: 1 or every core (1 on a "
+                                    "GPU). Every auto setting is chosen together: of the combinations whose "
+                                    "premise self-test holds here, the fastest on a long block and short forwards "
+                                    "after it, measured once per model and machine (kept in the unsee cache, "
+                                    "selftest/settings-*.json: delete them to measure again) and stated in the "
+                                    "output.")) -> None:
     """Run a session from an episode file and store it."""
     from unsee.impl.store.episode import parse_episode
     from unsee.impl.store.session import Agent
@@ -60,7 +64,8 @@ def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observa
                           soft_wrap=True)
         if "auto" in settings.values():
             console.print("[dim]choosing the auto settings: each candidate is measured once per model and machine "
-                          "(a minute or more for a model the size of SmolLM2), then read back[/dim]", soft_wrap=True)
+                          "(a minute or more the first time for a model the size of SmolLM2), then read back"
+                          "[/dim]", soft_wrap=True)
         with progress() as p:
             task = p.add_task(f"run {episode.name} on {model}", total=len(stream))
             with warnings.catch_warnings():  # printed above, as the command's own warning

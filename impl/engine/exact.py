@@ -29,6 +29,13 @@ def pin_determinism(device: torch.device, threads: int) -> None:
         torch.use_deterministic_algorithms(True)
 
 
+def settle(device: torch.device) -> None:
+    """Wait for the device's queued work (a CUDA launch returns before its kernel runs), so that a
+    clock read after it times the work; nothing to wait for on a CPU."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def check_exact_config(model) -> None:
     cfg = model.config
     impl = getattr(cfg, "_attn_implementation", None) or "eager"

@@ -127,7 +127,7 @@ class KVEngine:
         self.forwards = 0
         self.tokens_prefilled = 0
         self.tokens_decoded = 0
-        self.tokens_verified = 0  # of tokens_prefilled: replies prefilled by `fixed_point` (their check)
+        self.tokens_verified = 0  # of tokens_prefilled: `fixed_point`'s prefills past a turn's first header
         self.verify_seconds = 0.0  # prefills that check a reply's fixed point (reported, never asserted)
         self.recorder: list | None = None
         self.kernel = kernel
@@ -237,7 +237,7 @@ class KVEngine:
         head = [int(t) for t in head]
         h = len(head)
         if not h and self.logits is None:
-            raise UnseeError("decode needs logits from a prefill first (prefill a header)")
+            raise UnseeError("a model turn needs its header (head=) or logits from a forward before it")
         start, last = len(self), None if h else self.logits  # last: the row before the turn
         decoded = 0
         if draft is None or len(draft) != n or not exact_rows:
@@ -295,7 +295,7 @@ class KVEngine:
         head = [int(t) for t in head]
         h = len(head)
         if not h and self.logits is None:
-            raise UnseeError("decode needs logits from a prefill first (prefill a header)")
+            raise UnseeError("a model turn needs its header (head=) or logits from a forward before it")
         start, last, end = len(self), None if h else self.logits, grammar.end
         decoded = 0
         if draft is None or not exact_rows or not 0 < len(draft) <= n:

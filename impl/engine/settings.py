@@ -52,8 +52,10 @@ def choose(model: str, device: str | None = None, attn: str = "auto", dtype: str
            ) -> tuple[dict, str]:
     """({"attn", "dtype", "threads"}, a sentence saying why) for a new store of `model`: of the
     `candidates`, the fastest on a CONTEXT-token prompt block plus BLOCKS forwards of BLOCK tokens
-    after it (the best of ROUNDS rounds, the settings in turn), among those whose self-test holds.
-    With a single candidate nothing is measured. The losers' weights are dropped from the load cache."""
+    after it (the best of ROUNDS rounds), among those whose self-test holds. With a single
+    candidate nothing is measured. One (kernel, dtype) load is measured at a time, its thread
+    counts in turn, so at most two loads are held (the best so far and the one measured); the
+    losers are dropped from the load cache. The process's thread count is restored."""
     import torch
 
     from unsee.impl.engine import models
@@ -61,50 +63,63 @@ def choose(model: str, device: str | None = None, attn: str = "auto", dtype: str
     from unsee.impl.engine.kv import KVEngine
     from unsee.impl.engine.selftest import read_result, selftest_key, write_result
 
+    if model == "reference":
+        raise ValueError("the reference model has no kernel, dtype or threads to choose")
     cands = candidates(attn, dtype, threads, device)
     if len(cands) == 1:
         return cands[0], "as given"
     before = torch.get_num_threads()
-    engines = {}
-    for c in cands:
-        e = KVEngine(models.load(model, c["dtype"], device, attn=c["attn"]).model, models.pick_device(device),
-                     c["threads"])
-        e.kernel = gqa_kernel(e)  # measured as a store would run it
-        engines[label(c)] = e
-    key = {"probe": [VERSION, CONTEXT, BLOCK, BLOCKS],
-           **{label(c): {**selftest_key(engines[label(c)], c["attn"]), "kernel": engines[label(c)].kernel}
-              for c in cands}}
-    cached = read_result(key, prefix="settings-")
-    if cached is not None and isinstance(cached.get("seconds"), dict) and isinstance(cached.get("refused"), list):
-        seconds, refused = cached["seconds"], cached["refused"]
-    else:
-        cached = None
-        seconds, refused = _measure(engines)
-        write_result(key, {"seconds": seconds, "refused": refused}, prefix="settings-")
-    for e in engines.values():
-        e.release()
-    torch.set_num_threads(before)
+    seconds: dict[str, float] = {}
+    refused: list[str] = []
+    fresh, best = False, None  # best: the (kernel, dtype) load kept
+    try:
+        for pair in dict.fromkeys((c["attn"], c["dtype"]) for c in cands):
+            group = [c for c in cands if (c["attn"], c["dtype"]) == pair]
+            engines = {}
+            for c in group:
+                e = KVEngine(models.load(model, c["dtype"], device, attn=c["attn"]).model,
+                             models.pick_device(device), c["threads"])
+                e.kernel = gqa_kernel(e)  # measured as a store would run it
+                engines[label(c)] = e
+            key = {"probe": [VERSION, CONTEXT, BLOCK, BLOCKS],
+                   **{label(c): {**selftest_key(engines[label(c)], c["attn"]), "kernel": engines[label(c)].kernel}
+                      for c in group}}
+            cached = read_result(key, prefix="settings-")
+            if cached is not None and isinstance(cached.get("seconds"), dict) \
+                    and isinstance(cached.get("refused"), list):
+                got, bad = cached["seconds"], cached["refused"]
+            else:
+                fresh = True
+                got, bad = _measure(engines)
+                write_result(key, {"seconds": got, "refused": bad}, prefix="settings-")
+            for e in engines.values():
+                e.release()
+            seconds.update(got)
+            refused += bad
+            leader = min(seconds, key=seconds.get) if seconds else None
+            keep = None if leader is None else next((c["attn"], c["dtype"]) for c in cands if label(c) == leader)
+            for drop in {pair, best} - {keep, None}:
+                models.forget(model, drop[1], device, drop[0])
+            best = keep
+    finally:
+        torch.set_num_threads(before)
     by_name = {label(c): c for c in cands}
     if not seconds:
-        best = next((c for c in cands if c["attn"] == "eager" and c["dtype"] == "float32"), cands[0])
-        why = (f"the premise self-test fails for every candidate here ({'; '.join(refused)}): {label(best)}, "
-               "with recorded replies never reused")
-    else:
-        best = by_name[min(seconds, key=seconds.get)]
-        timed = "; ".join(f"{name} {1000 * t:.0f} ms" for name, t in sorted(seconds.items(), key=lambda x: x[1]))
-        why = (f"auto: the fastest here on a {CONTEXT}-token block and {BLOCKS} {BLOCK}-token forwards after it "
-               f"({timed}; {'measured earlier on this machine' if cached is not None else 'measured now'})")
-        if refused:
-            why += f"; {'; '.join(refused)} refused: its self-test fails"
-    for c in cands:
-        if (c["attn"], c["dtype"]) != (best["attn"], best["dtype"]):
-            models.forget(model, c["dtype"], device, c["attn"])
-    return best, why
+        chosen = next((c for c in cands if c["attn"] == "eager" and c["dtype"] == "float32"), cands[0])
+        return chosen, (f"the premise self-test fails for every candidate here ({'; '.join(refused)}): "
+                        f"{label(chosen)}, with recorded replies never reused")
+    timed = "; ".join(f"{name} {1000 * t:.0f} ms" for name, t in sorted(seconds.items(), key=lambda x: x[1]))
+    why = (f"auto: the fastest here on a {CONTEXT}-token block and {BLOCKS} {BLOCK}-token forwards after it "
+           f"({timed}; {'measured now' if fresh else 'measured earlier on this machine'})")
+    if refused:
+        why += f"; {'; '.join(refused)} refused: its self-test fails"
+    return by_name[min(seconds, key=seconds.get)], why
 
 
 def _measure(engines) -> tuple[dict, list]:
     import torch
 
+    from unsee.impl.engine.exact import settle
     from unsee.impl.engine.selftest import row_independence
 
     refused = []
@@ -129,10 +144,12 @@ def _measure(engines) -> tuple[dict, list]:
             engine = engines[name]
             torch.set_num_threads(engine.threads)
             engine.reset()
+            settle(engine.device)
             t0 = time.perf_counter()
             engine.prefill(ids[:n], logits=False)  # a prompt block, as a forget prefills one
             for i in range(BLOCKS):
                 engine.prefill(ids[n + i * BLOCK:n + (i + 1) * BLOCK])
+            settle(engine.device)  # a GPU's kernels run after their launch returns
             seconds[name] = min(seconds.get(name, float("inf")), time.perf_counter() - t0)
     for engine in engines.values():
         engine.reset()

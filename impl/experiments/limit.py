@@ -38,6 +38,8 @@ def forward_limit(rt) -> dict:
     which ids it reads). Returns {forwards, tokens, seconds}; `rt` is left as it was."""
     import torch
 
+    from unsee.impl.engine.exact import settle
+
     trace = rt.last_trace
     if trace is None:
         raise ValueError("the runtime recorded no forget: run one first")
@@ -75,9 +77,11 @@ def forward_limit(rt) -> dict:
                     continue
                 chunk = [ids[p] if p < len(ids) else ids[-1] for p in range(e.start, e.start + e.n)]
                 x = torch.tensor([chunk], dtype=torch.long, device=engine.device)
+                settle(engine.device)
                 t0 = time.perf_counter()
                 out = engine.call(x, **({} if e.logits else {"logits_to_keep": 1}))  # the forget's kernel
                 out.logits[0, -1].float()  # what every forward of the engine reads back
+                settle(engine.device)  # a GPU's kernels run after their launch returns
                 seconds += time.perf_counter() - t0
                 forwards += 1
                 tokens += e.n

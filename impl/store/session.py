@@ -231,12 +231,13 @@ class Agent:
         store = Store(path, create=True)  # refuses an existing path, before anything is loaded
         note = None
         try:
-            if "auto" in (kw.get("attn"), kw.get("dtype"), kw.get("threads")):
+            if model != "reference" and "auto" in (kw.get("attn"), kw.get("dtype"), kw.get("threads")):
                 from unsee.impl.engine import settings
 
                 chosen, note = settings.choose(model, kw.get("device"), kw.get("attn", "eager"),
                                                kw.get("dtype", "float32"), kw.get("threads", 1))
                 kw.update(chosen)
+                note = None if note == "as given" else note
             rt = make_runtime(model, config, policy, kv_pages=kv_pages, **kw)
             for obs in observations:
                 rt.step(obs)
@@ -298,8 +299,8 @@ class Agent:
         with its engine trace checked against the spec first (`forget_stored`)."""
         try:
             self.runtime, doc = forget_stored(self.store, list(sources), method, self.runtime, self.root)
-        except TraceViolation:
-            self.root = None  # the runtime holds what was not persisted: the next step reopens the store
+        except BaseException:  # a trace violation, a failed save, an interrupt: the runtime may hold
+            self.root = None  # what was not persisted, so the next step reopens the store
             raise
         self.root = self.runtime.root  # what the forget saved (another writer may have saved since)
         return doc

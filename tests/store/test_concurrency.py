@@ -212,3 +212,29 @@ def test_an_agent_that_read_the_store_before_another_saved_steps_on_top_of_it(tm
     assert {"a0", "b0", "a1", "b1"} <= st.sources() and st.length() == 10 + 4 and st.is_forgotten("z")
     st.close()
     check_exact(db)
+
+
+def test_a_forget_that_fails_after_its_replay_leaves_the_next_step_on_the_stored_state(tmp_path, monkeypatch):
+    """A forget replays on the agent's own runtime before it saves; when the save fails (a full
+    disk, an interrupt), the runtime holds a state the store does not. The next step must build on
+    the store's state, not on that one."""
+    import unsee.impl.store.session as session
+    from unsee.impl.store.session import Agent
+
+    db = run_store(tmp_path, "failed.db")
+    agent = Agent.open(db)
+
+    def replay_then_fail(store, sources, method, rt, head):
+        rt.forget(list(sources), method=method)  # the replay, in place
+        raise OSError("database or disk is full")
+
+    monkeypatch.setattr(session, "forget_stored", replay_then_fail)
+    with pytest.raises(OSError):
+        agent.forget(["z"])
+    monkeypatch.undo()
+    agent.step(Observation("user", (Part("b0", "b0 please"),), reply=2))
+    agent.close()
+    st = Store(db)
+    assert "z" in st.sources() and "b0" in st.sources() and not st.is_forgotten("z") and st.length() == 11
+    st.close()
+    check_exact(db)

@@ -15,6 +15,7 @@ from unsee.impl.store.sqlite import Store
 from tests.store.test_cli_store import EPISODE
 
 pytestmark = pytest.mark.tiny
+AUTO = ["--attn", "auto", "--dtype", "auto", "--threads", "auto"]  # what `unsee run` does untold (the tests pin them)
 
 
 def _identity(db) -> dict:
@@ -54,7 +55,7 @@ def test_run_chooses_kernel_dtype_and_threads_by_measurement_and_says_so(tmp_pat
 
     monkeypatch.setenv("UNSEE_CACHE_DIR", str(tmp_path / "cache"))  # measured here, not read from the user's cache
     db = tmp_path / "s.db"
-    res = CliRunner().invoke(app, ["run", str(EPISODE), "--db", str(db), "--model", "tiny-llama"])
+    res = CliRunner().invoke(app, ["run", str(EPISODE), "--db", str(db), "--model", "tiny-llama", *AUTO])
     assert res.exit_code == 0, res.output
     chosen = {k: _identity(db)[k] for k in ("attn", "dtype", "threads")}
     text = " ".join(res.output.split())
@@ -67,7 +68,7 @@ def test_run_chooses_kernel_dtype_and_threads_by_measurement_and_says_so(tmp_pat
             for threads in sorted({1, cores()}):
                 assert f"{attn}, {dtype}, {threads} thread(s) " in text, (attn, dtype, threads)
     assert "measured now" in text and list((tmp_path / "cache" / "selftest").glob("settings-*.json"))
-    res = CliRunner().invoke(app, ["run", str(EPISODE), "--db", str(tmp_path / "t.db"), "--model", "tiny-llama"])
+    res = CliRunner().invoke(app, ["run", str(EPISODE), "--db", str(tmp_path / "t.db"), "--model", "tiny-llama", *AUTO])
     assert "measured earlier on this machine" in " ".join(res.output.split())  # once per model and machine
     assert {k: _identity(tmp_path / "t.db")[k] for k in chosen} == chosen
 
@@ -82,8 +83,8 @@ def test_the_fastest_candidate_whose_self_test_holds_is_chosen(tmp_path, monkeyp
 
     def pick(*refuse):  # measured afresh (a new cache), with these self-tests failing
         monkeypatch.setenv("UNSEE_CACHE_DIR", str(tmp_path / str(len(refuse))))
-        monkeypatch.setattr(settings, "_measure",
-                            lambda engines: ({k: v for k, v in fake.items() if k not in refuse}, list(refuse)))
+        monkeypatch.setattr(settings, "_measure", lambda engines: ({k: fake[k] for k in engines if k not in refuse},
+                                                                   [k for k in engines if k in refuse]))
         return settings.choose("tiny-llama", threads=1)
 
     assert pick()[0] == {"attn": "sdpa", "dtype": "bfloat16", "threads": 1}
@@ -96,13 +97,53 @@ def test_the_fastest_candidate_whose_self_test_holds_is_chosen(tmp_path, monkeyp
         {"attn": "sdpa", "dtype": "float32", "threads": 2}, "as given")
 
 
+def test_choosing_restores_the_thread_count_and_holds_at_most_two_loads(tmp_path, monkeypatch):
+    """The engines `choose` measures pin the process's thread count; it is put back, also when a
+    measurement fails. One (kernel, dtype) load is measured at a time, beside the best so far."""
+    import torch
+
+    import unsee.impl.engine.settings as settings
+    from unsee.impl.engine import models
+
+    monkeypatch.setenv("UNSEE_CACHE_DIR", str(tmp_path))
+    threads, held = torch.get_num_threads(), []
+
+    def measure(engines):
+        held.append(sum(1 for k in models._CACHE if k[0] == "tiny-llama"))
+        return {k: 1.0 + len(held) for k in engines}, []  # the first load measured stays the fastest
+
+    monkeypatch.setattr(settings, "_measure", measure)
+    for k in [k for k in models._CACHE if k[0] == "tiny-llama"]:
+        models._CACHE.pop(k)
+    best, _ = settings.choose("tiny-llama", threads="2")
+    assert torch.get_num_threads() == threads and max(held) <= 2 and len(held) == 4
+    assert best == {"attn": "eager", "dtype": "float32", "threads": 2}
+    assert [k for k in models._CACHE if k[0] == "tiny-llama"] == [("tiny-llama", "float32", "cpu", "eager")]
+
+    def broken(engines):
+        raise RuntimeError("a measurement that fails")
+
+    monkeypatch.setattr(settings, "_measure", broken)
+    monkeypatch.setenv("UNSEE_CACHE_DIR", str(tmp_path / "again"))
+    with pytest.raises(RuntimeError):
+        settings.choose("tiny-llama", threads="2")
+    assert torch.get_num_threads() == threads
+
+
+def test_the_python_api_runs_the_reference_model_with_auto_settings(tmp_path):
+    from unsee.impl.store.session import Agent
+
+    with Agent.create(tmp_path / "r.db", "reference", attn="auto", dtype="auto", threads="auto") as agent:
+        assert agent.settings_note is None and agent.session.T == 0
+
+
 def test_run_refuses_an_existing_store_before_it_measures_anything(tmp_path, monkeypatch):
     import unsee.impl.engine.settings as settings
 
     db = tmp_path / "s.db"
     db.write_bytes(b"not yours")
     monkeypatch.setattr(settings, "choose", lambda *a, **k: pytest.fail("measured before the path was checked"))
-    res = CliRunner().invoke(app, ["run", str(EPISODE), "--db", str(db), "--model", "tiny-llama"])
+    res = CliRunner().invoke(app, ["run", str(EPISODE), "--db", str(db), "--model", "tiny-llama", *AUTO])
     assert res.exit_code == 2 and "already exists" in res.output and db.read_bytes() == b"not yours"
 
 
