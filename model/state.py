@@ -207,7 +207,7 @@ class Config:
         `call_tokens` (one token per character at worst): such a call is cut, and fails without running."""
         out = []
         for t in self.tools:
-            need = t.arguments.longest() + 1
+            need = t.call_room()
             if need > self.call_tokens:
                 out.append(f"tool {t.name}: its longest arguments take {need - 1} characters and a call may "
                            f"take at most {self.call_tokens} tokens (call_tokens) with its end token; a call cut "

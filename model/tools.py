@@ -42,6 +42,11 @@ class Tool:
     def arguments(self) -> JsonSchema:
         return JsonSchema(json.loads(self.schema))
 
+    def call_room(self) -> int:
+        """Tokens a call may need for its longest arguments with the end token (one token per
+        character at worst): a `call_tokens` below it may cut a call."""
+        return self.arguments.longest() + 1
+
     def key(self, args: dict):
         return args["key"] if "key" in args else canonical(args)
 

@@ -54,7 +54,7 @@ def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observa
         settings = {} if model == "reference" else {"dtype": dtype.value, "threads": threads_arg(threads),
                                                     "attn": attn.value}
         if call_tokens is None:  # room for the longest arguments of every declared tool
-            call_tokens = max([Config.call_tokens] + [t.arguments.longest() + 1 for t in tools])
+            call_tokens = max([Config.call_tokens] + [t.call_room() for t in tools])
             if call_tokens > Config.call_tokens:
                 out.print(f"tool calls: up to {call_tokens} tokens of arguments (a declared tool's longest arguments "
                           "need them; --call-tokens sets it)")

@@ -215,6 +215,14 @@ class KVEngine:
         self.crop(start, fresh_storage=False)
         return drafted, len(head)
 
+    def _turn_start(self, head) -> tuple[list[int], int, int, torch.Tensor | None]:
+        """(header, its length h, the turn's first position, the row that picks x_0 when h = 0:
+        the last row of the forward before the turn; None otherwise, the prefill's row h−1 does)."""
+        head = [int(t) for t in head]
+        if not head and self.logits is None:
+            raise UnseeError("a model turn needs its header (head=) or logits from a forward before it")
+        return head, len(head), len(self), None if head else self.logits
+
     def fixed_point(self, n: int, draws=None, draft=None, exact_rows: bool = True, head=()
                     ) -> tuple[tuple[int, ...], int, int]:
         """F's model turn: the header `head` and a reply of n tokens as one prefill, the reply the
@@ -234,11 +242,7 @@ class KVEngine:
 
         exact_rows=False (a backend where rows read later tokens: no fixed point need exist):
         the reply is the decoded draft, its K/V one prefill of head ‖ draft; no recorded draft is used."""
-        head = [int(t) for t in head]
-        h = len(head)
-        if not h and self.logits is None:
-            raise UnseeError("a model turn needs its header (head=) or logits from a forward before it")
-        start, last = len(self), None if h else self.logits  # last: the row before the turn
+        head, h, start, last = self._turn_start(head)
         decoded = 0
         if draft is None or len(draft) != n or not exact_rows:
             draft, decoded = self._draft_rows(head, lambda: self.decode(n, draws, feed_last=False))
@@ -292,11 +296,7 @@ class KVEngine:
         ends with the grammar's end token or at n tokens. The mask depends only on the tokens
         before i, so the reply is still fixed token by token; the check walks a matcher along the
         draft. Returns (reply, tokens computed by forwards of their own, prefill passes)."""
-        head = [int(t) for t in head]
-        h = len(head)
-        if not h and self.logits is None:
-            raise UnseeError("a model turn needs its header (head=) or logits from a forward before it")
-        start, last, end = len(self), None if h else self.logits, grammar.end
+        (head, h, start, last), end = self._turn_start(head), grammar.end
         decoded = 0
         if draft is None or not exact_rows or not 0 < len(draft) <= n:
             draft, decoded = self._draft_rows(head, lambda: self.decode_under(n, draws, grammar.matcher(), end))

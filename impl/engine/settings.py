@@ -68,6 +68,7 @@ def choose(model: str, device: str | None = None, attn: str = "auto", dtype: str
     cands = candidates(attn, dtype, threads, device)
     if len(cands) == 1:
         return cands[0], "as given"
+    by_name = {label(c): c for c in cands}
     before = torch.get_num_threads()
     seconds: dict[str, float] = {}
     refused: list[str] = []
@@ -96,14 +97,13 @@ def choose(model: str, device: str | None = None, attn: str = "auto", dtype: str
                 e.release()
             seconds.update(got)
             refused += bad
-            leader = min(seconds, key=seconds.get) if seconds else None
-            keep = None if leader is None else next((c["attn"], c["dtype"]) for c in cands if label(c) == leader)
+            leader = by_name[min(seconds, key=seconds.get)] if seconds else None
+            keep = None if leader is None else (leader["attn"], leader["dtype"])
             for drop in {pair, best} - {keep, None}:
                 models.forget(model, drop[1], device, drop[0])
             best = keep
     finally:
         torch.set_num_threads(before)
-    by_name = {label(c): c for c in cands}
     if not seconds:
         chosen = next((c for c in cands if c["attn"] == "eager" and c["dtype"] == "float32"), cands[0])
         return chosen, (f"the premise self-test fails for every candidate here ({'; '.join(refused)}): "
