@@ -23,8 +23,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from unsee.impl.experiments.bench_sessions import agent_session, live_session
-from unsee.impl.experiments.limit import forward_limit, merged_observations
+from unsee.impl.experiments.limit import forward_limit, merged_observations, store_agent_session
 from unsee.impl.store.session import forget_stored
 from unsee.impl.store.sqlite import Store
 
@@ -42,14 +41,8 @@ a = ap.parse_args()
 doc = {"model": a.model, "T": a.T, "attn": a.attn, "dtype": a.dtype, "threads": a.threads, "repeats": a.repeats,
        "methods": {}}
 with tempfile.TemporaryDirectory(prefix="unsee-merge-") as tmp:
-    live = live_session(a.model, agent_session(a.T, None, 0.0, 8)[0], 8, a.attn, a.threads, a.dtype)
     stored = Path(tmp) / "stored"
-    stored.mkdir()
-    store = Store(stored / "session.db", create=True)
-    store.save(live.session, a.model, dict(live.digest()))
-    store.close()
-    doc["context_tokens"] = len(live.session.state.tokens)
-    del live
+    doc["context_tokens"] = store_agent_session(stored, a.model, a.T, 8, a.attn, a.threads, a.dtype)["context_tokens"]
     for m in ("B5", "B7"):
         copy = Path(tmp) / m
         shutil.copytree(stored, copy)  # the store and its K/V pages

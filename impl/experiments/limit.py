@@ -103,15 +103,12 @@ def merged_observations(events) -> list:
     out: list = []
     pending: list = []  # prompt-block prefills not yet joined to a model turn
     turn = None  # (first position of the blocks, the header's position, the blocks' tokens)
-    for e in events:
+    for e in events:  # a forget's events are contiguous (`contiguous` in unsee.specs.traces)
         if isinstance(e, Forward) and e.kind == "prefill" and not e.logits:
-            if pending and e.start != pending[-1].start + pending[-1].n:
-                out.extend(pending)
-                pending = []
             pending.append(e)
             turn = None
             continue
-        if isinstance(e, Forward) and pending and e.start == pending[-1].start + pending[-1].n:
+        if isinstance(e, Forward) and pending:
             blocks = sum(p.n for p in pending)
             turn = (pending[0].start, e.start, blocks)
             out.append(Forward(e.kind, pending[0].start, blocks + e.n, e.logits))
@@ -159,6 +156,28 @@ def forget_in_process(db: Path, method: str, receipt: Path, timeout: float = 360
     return doc
 
 
+def store_agent_session(folder: Path, model: str, T: int, reply: int = 8, attn: str = "eager", threads: int = 1,
+                        dtype: str = "float32") -> dict:
+    """The agent shape (`agent_session`: a tool-schema system prompt, the target 12 turns from
+    the end) run live and stored in `folder`/session.db (created) as `unsee run` stores it.
+    Returns {settings (read back from the store), context_tokens, run_seconds}."""
+    from unsee.impl.experiments.bench_sessions import agent_session, live_session
+    from unsee.impl.store.digests import stored_settings
+    from unsee.impl.store.sqlite import Store
+
+    folder.mkdir()
+    t0 = time.perf_counter()
+    live = live_session(model, agent_session(T, None, 0.0, reply)[0], reply, attn, threads, dtype)
+    run_seconds = time.perf_counter() - t0
+    store = Store(folder / "session.db", create=True)
+    try:
+        store.save(live.session, model, dict(live.digest()))
+        settings = stored_settings(store)
+    finally:
+        store.close()
+    return {"settings": settings, "context_tokens": len(live.session.state.tokens), "run_seconds": run_seconds}
+
+
 def side_by_side(model: str, T: int, repeats: int = 3, reply: int = 8, attn: str = "eager", workdir=None,
                  on_step=None, threads: int = 1, dtype: str = "float32") -> dict:
     """The agent shape (`agent_session`: a tool-schema system prompt, the target 12 turns from
@@ -167,24 +186,13 @@ def side_by_side(model: str, T: int, repeats: int = 3, reply: int = 8, attn: str
     (B5, B5′, B7, B5, ...) so that a slow spell of the machine falls on every method. Each run
     also measures the limit of its own forwards. `attn`: the kernel the session is run and
     stored under (every forget then runs under it), `threads` and `dtype` likewise. on_step(label) after each stage."""
-    from unsee.impl.experiments.bench_sessions import AGENT_SYSTEM, agent_session, live_session, load_template
-    from unsee.impl.store.digests import stored_settings
-    from unsee.impl.store.sqlite import Store
+    from unsee.impl.experiments.bench_sessions import AGENT_SYSTEM, load_template
 
-    obs, _ = agent_session(T, None, 0.0, reply)
     runs: dict[str, list[dict]] = {m: [] for m in METHODS}
     with tempfile.TemporaryDirectory(prefix="unsee-limit-", dir=workdir) as tmp:
         stored = Path(tmp) / "stored"
-        stored.mkdir()
-        t0 = time.perf_counter()
-        live = live_session(model, obs, reply, attn, threads, dtype)
-        run_seconds = time.perf_counter() - t0
-        store = Store(stored / "session.db", create=True)
-        store.save(live.session, model, dict(live.digest()))
-        settings = stored_settings(store)  # what every forget process will run under
-        store.close()
-        context = len(live.session.state.tokens)
-        del live
+        session = store_agent_session(stored, model, T, reply, attn, threads, dtype)
+        settings = session["settings"]  # what every forget process will run under
         if on_step:
             on_step("run")
         for i in range(repeats):
@@ -199,7 +207,7 @@ def side_by_side(model: str, T: int, repeats: int = 3, reply: int = 8, attn: str
     return {"model": model, "shape": "agent", "T": T, "attn": attn, "threads": settings["threads"],
             "dtype": settings["dtype"], "reply_tokens": reply, "repeats": repeats,
             "system_prompt_tokens": len(load_template(model).block("system", AGENT_SYSTEM)),
-            "context_tokens": context, "run_seconds": round(run_seconds, 2),
+            "context_tokens": session["context_tokens"], "run_seconds": round(session["run_seconds"], 2),
             "bit_exact": all(d == digests["B5"] for d in digests.values()),
             "methods": {m: summarize(rs) for m, rs in runs.items()}}
 

@@ -40,7 +40,7 @@ def test_ci_has_every_extra_that_tests_skip_without():
     import importlib
     import os
 
-    if not os.environ.get("UNSEE_REQUIRE_EXTRAS"):
+    if not os.environ.get("UNSEE_REQUIRE_EXTRAS"):  # a developer's venv may lack an extra; CI's may not
         pytest.skip("checked where UNSEE_REQUIRE_EXTRAS is set (.ci/run)")
     for name in ("agentdojo", "langgraph", "langchain_core", "langchain.agents", "ray"):
         importlib.import_module(name)
