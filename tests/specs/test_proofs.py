@@ -202,14 +202,16 @@ def test_a_wrong_expected_answer_or_a_false_certificate_is_a_disagreement(tmp_pa
     flipped[i]["expected"] = "sat"
     report = certificates.recheck(tmp_path, flipped)
     assert not report["all_agree"]
-    (bad,) = [d for r in report["rows"] for d in r["disagreements"]]
-    assert bad["cvc5"] == "unsat" and bad["expected"] == "sat"
+    found = [d for r in report["rows"] for d in r["disagreements"]]
+    assert [d["file"] for d in found] == [index[i]["file"]], found  # the flipped file, and only it
+    assert found[0]["cvc5"] == "unsat" and found[0]["expected"] == "sat"
     (tmp_path / index[i]["file"]).write_text("(set-logic ALL)\n(declare-const x Int)\n(assert (> x 0))\n(check-sat)\n")
     (tmp_path / "index.json").write_text(json.dumps(index))
     report = certificates.recheck(tmp_path)
     assert not report["all_agree"]
-    (bad,) = [d for r in report["rows"] for d in r["disagreements"]]
-    assert bad["cvc5"] == "sat" and bad["expected"] == "unsat"
+    found = [d for r in report["rows"] for d in r["disagreements"]]
+    assert [d["file"] for d in found] == [index[i]["file"]], found
+    assert found[0]["cvc5"] == "sat" and found[0]["expected"] == "unsat"
 
 
 def test_prove_emit_writes_the_certificates_and_reports_agreement(tmp_path):
