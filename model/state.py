@@ -7,9 +7,10 @@ always gives the same R' (with a seeded or greedy sampler, assumption A1).
 
 One transition, in order:
   1. commit the pending consequential tool calls planned by the previous transition;
-  2. prefill one block per observation part (memory parts are also written to the
+  2. one prompt block per observation part (memory parts are also written to the
      plaintext memory store);
-  3. decode the model's reply (obs.reply tokens), if any;
+  3. decode the model's reply (obs.reply tokens), if any: the prompt blocks since the last
+     forward, the header and the reply are one forward (`Block`);
   4. if the observation asks for a tool: decode the call's JSON arguments under the tool's
      schema (what the model produced flows from context into actions); a read-only tool runs
      now and its result is prefilled; a consequential one becomes a pending plan;
@@ -140,8 +141,12 @@ provenance = operator.attrgetter(*(f.name for f in fields(Artifact)))  # an arti
 class Block:
     """A contiguous run of context tokens [start, end) produced by one artifact.
 
-    The canonical schedule: tokens [start, start + prefill) went through the model as one
-    prefill; the rest (a model's reply, the fixed point of its own prefill) as a second one.
+    prefill: the tokens of the block that are prompt (all of a prompt block; a model turn's
+    header). joined: the block's rows were computed in one forward with the block after it.
+    The canonical schedule (store format 7): a model turn is one forward of the prompt blocks
+    its transition wrote since the last forward (the observation, a tool's result), its header
+    and its reply, the reply the fixed point of that forward; those prompt blocks are `joined`.
+    Any other prompt block (a system block, one no model turn follows) is a forward of its own.
     """
 
     artifact: str
@@ -149,6 +154,20 @@ class Block:
     start: int
     end: int
     prefill: int
+    joined: bool = False
+
+
+def forward_groups(blocks) -> list[tuple[int, int]]:
+    """The forwards of the canonical schedule over `blocks`, as [first, last] block indices: a run
+    of joined blocks and the block after it."""
+    out, first = [], 0
+    for i, b in enumerate(blocks):
+        if not b.joined:
+            out.append((first, i))
+            first = i + 1
+    if first < len(blocks):  # a trailing joined block has no forward to join: it is its own
+        out.append((first, len(blocks) - 1))
+    return out
 
 
 @dataclass(frozen=True)
@@ -297,6 +316,7 @@ class _Turn:
         self.credit = credit  # tokens drafts may still waste (None: no bound)
         self.replies = 0  # decodes of at least one token
         self.skipped = 0  # of which the draft was F's reply: no token decoded
+        self.pending = 0  # prompt blocks at the end of `blocks` not computed yet: the next model turn's
 
     def field(self, kind: str, part: Part) -> str:
         """A recorded observation field: an input, so it has no parents."""
@@ -330,17 +350,36 @@ class _Turn:
         return (self.blocks[-1].artifact,) if self.blocks else ()
 
     def prefill(self, type_: str, kind: str, tokens: tuple[int, ...], parents: tuple[str, ...]) -> str:
-        """A prompt block: its cache entries depend on everything before it."""
+        """A prompt block: its cache entries depend on everything before it. It is computed with
+        the next model turn of this transition (`decode`), or alone (`flush`): a system block
+        always alone (a compaction keeps it without the turn after it)."""
         start = len(self.tokens)
         aid = self.artifact(type_, parents + self.last_block(), span=(start, start + len(tokens)))
         self.tokens.extend(tokens)
-        if self.reuse is not None and self.lm.reuses(self.kv, tokens, self.reuse):
-            self.reused += len(tokens)  # B5′: the prefix cache's rows, no compute
-        else:
-            self.prefilled += len(tokens)
-        self.kv = self.lm.prefill(self.kv, tokens, reuse=self.reuse)
         self.blocks.append(Block(aid, kind, start, len(self.tokens), len(tokens)))
+        self.pending += 1
+        if kind == "system":
+            self.flush()
         return aid
+
+    def flush(self) -> None:
+        """Compute the pending prompt blocks, each as a forward of its own (no model turn follows)."""
+        for blk in self.blocks[len(self.blocks) - self.pending:]:
+            tokens = self.tokens[blk.start:blk.end]
+            if self.reuse is not None and self.lm.reuses(self.kv, tokens, self.reuse):
+                self.reused += len(tokens)  # B5′: the prefix cache's rows, no compute
+            else:
+                self.prefilled += len(tokens)
+            self.kv = self.lm.prefill(self.kv, tokens, reuse=self.reuse)
+        self.pending = 0
+
+    def join(self) -> list[int]:
+        """The pending prompt blocks' tokens, marked joined to the model turn that computes them."""
+        first = len(self.blocks) - self.pending
+        joined = self.blocks[first:]
+        self.blocks[first:] = [replace(b, joined=True) for b in joined]
+        self.pending = 0
+        return self.tokens[joined[0].start:joined[-1].end] if joined else []
 
     def decode(self, type_: str, n: int, salt: int, tool: Tool | None = None) -> tuple[str, tuple[int, ...]]:
         """The model's own tokens, one model turn of the LM: the chat template's header for an
@@ -351,23 +390,24 @@ class _Turn:
         draw = lm.draws(cfg.seed, self.turn, salt, n) if cfg.sampling else None
         start = len(self.tokens)
         head = self.lm.header(type_, None if tool is None else tool.name)
+        prompt = tuple(self.join()) + tuple(head)  # the turn's forward: its prompt blocks, its header
         hint = self.hints.pop(0) if self.hints else None
         constraint = None if tool is None else self.lm.grammar(tool)
         size = 0 if hint is None else len(hint)  # a call's reply may end before n: its draft may too
         drafting = n > 0 and (size == n if constraint is None else 0 < size <= n)
         if drafting and self.credit is not None and self.credit < size:
             hint, drafting = None, False  # a rejected draft could cost more than drafts have saved
-        res = self.lm.decode(self.kv, n, draw, hint, constraint=constraint, head=head)
+        res = self.lm.decode(self.kv, n, draw, hint, constraint=constraint, head=prompt)
         out, self.kv, decoded = res[:3]
         verified = res[3] if len(res) > 3 else 0
         if drafting and self.credit is not None:  # what the draft saved (or cost) against decoding
             cost = getattr(self.lm, "decode_cost", None)
-            self.credit += (size if cost is None else cost(size, len(head))) - decoded - verified
+            self.credit += (size if cost is None else cost(size, len(prompt))) - decoded - verified
         self.outputs.append(out)
         aid = self.artifact(type_, self.last_block(), span=(start, start + len(head) + len(out)))
         self.tokens.extend(head + out)
         self.blocks.append(Block(aid, "assistant", start, len(self.tokens), len(head)))
-        self.prefilled += len(head)
+        self.prefilled += len(prompt)
         self.decoded += decoded
         self.verified += verified
         if n:
@@ -438,6 +478,7 @@ def step(state: State, obs: Observation, meter: Meter | None = None, model: lm.L
     summary = state.summary
     if obs.compact:
         summary = compact(b)
+    b.flush()  # prompt blocks no model turn of this transition computed
     if meter is not None:
         meter.transitions += 1
         meter.tokens_prefilled += b.prefilled
@@ -578,7 +619,8 @@ def layer_digests(state: State, model=lm.REFERENCE) -> dict[str, str]:
     h = _h
     return {
         "turn": h(state.turn),
-        "transcript": h([state.tokens, [(b.artifact, b.kind, b.start, b.end, b.prefill) for b in state.blocks]]),
+        "transcript": h([state.tokens, [(b.artifact, b.kind, b.start, b.end, b.prefill, b.joined)
+                                         for b in state.blocks]]),
         "kv": model.kv_digest(state.kv),
         "memory": h(state.memory),
         "summary": h(state.summary),

@@ -16,6 +16,7 @@ from unsee.impl.engine.kv import KVEngine, tensor_digest
 from unsee.impl.engine.selftest import row_independence
 from unsee.impl.engine.pages import ROOT, PageKeys, page_layout
 from unsee.model.session import UnseeError
+from unsee.model.state import forward_groups
 from unsee.specs.traces import Begin, Commit, RebuildBegin, RebuildEnd, StepEnd
 
 
@@ -181,9 +182,10 @@ class TorchLM:
 
         Leading blocks still resident at the same positions are kept (a compaction keeps its
         system blocks); then blocks with a K/V page are read back; the rest is re-materialized
-        on the canonical schedule (each block as one forward: a prompt block, or a model turn's
-        header and reply)."""
-        tokens = list(tokens)
+        on the canonical schedule (`forward_groups`: each forward as one prefill, a model turn's
+        joined prompt blocks, header and reply together). What is kept or read back is whole
+        forwards: a forward's rows are recomputed all together or not at all."""
+        tokens, blocks = list(tokens), list(blocks)
         log = self.engine.recorder
         if log is not None:
             log.append(RebuildBegin())
@@ -191,6 +193,8 @@ class TorchLM:
         keep = 0
         while keep < min(len(keys), len(self.chain)) and self.chain[keep][1] == keys[keep]:
             keep += 1
+        while keep and blocks[keep - 1].joined:  # not past a forward's first block
+            keep -= 1
         if keep and len(self.engine) < len(self.bos) + blocks[keep - 1].end:
             keep = 0
         if keep:
@@ -199,23 +203,36 @@ class TorchLM:
             self.epoch += 1
         else:
             self.empty()
-        paged = 0  # leading blocks whose rows were read back from a K/V page
+        groups = [g for g in forward_groups(blocks) if g[0] >= keep]
+        paged = 0  # blocks after the kept ones whose rows were read back from a K/V page
 
-        def pages(page):
-            """Each page, read only once the one before it is in the cache (one held at a time)."""
+        def whole(first, last):
+            """The pages of one forward's blocks, or None when any is missing."""
+            got = [self.page(keys[i]) for i in range(first, last + 1)]
+            return None if any(p is None for p in got) else got
+
+        def pages(ready):
+            """Each forward's pages, read only once the forward before it is in the cache."""
             nonlocal paged
-            while page is not None:
-                paged += 1
-                yield page
-                page = self.page(keys[keep + paged]) if keep + paged < len(blocks) else None
-        first = self.page(keys[keep]) if self.kv_pages and keep < len(blocks) else None
-        if first is not None:  # no page at all: nothing appended, nothing recorded
-            stream, first = pages(first), None  # the stream alone holds the first page
+            for k, (first, last) in enumerate(groups):
+                got = ready if k == 0 else whole(first, last)
+                if got is None:
+                    return
+                ready = None
+                paged += len(got)
+                while got:
+                    yield got.pop(0)
+        ready = whole(*groups[0]) if self.kv_pages and groups else None
+        if ready is not None:  # no page at all: nothing appended, nothing recorded
+            stream, ready = pages(ready), None  # the stream alone holds the first pages
             self.engine.append_pages(stream, rows=len(tokens) - (blocks[keep - 1].end if keep else 0))
         computed = 0
-        for b in blocks[keep + paged:]:  # the canonical schedule: one prefill per block
-            self.engine.prefill(tokens[b.start:b.end], logits=False)  # only the K/V rows are read
-            computed += b.end - b.start
+        for first, last in groups:  # the canonical schedule: one prefill per forward
+            if last < keep + paged:
+                continue
+            a, b = blocks[first].start, blocks[last].end
+            self.engine.prefill(tokens[a:b], logits=False)  # only the K/V rows are read
+            computed += b - a
         self.ctx = tokens
         self.chain = list(zip(blocks, keys))
         kv = self._ref()

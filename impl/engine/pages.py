@@ -3,10 +3,13 @@ concatenation of its manifest's pages (DESIGN: "Restoring a checkpoint whose cac
 resident").
 
 A page is named by its content, like a radix-cache block hash: key_i = H(key_{i-1} ‖ kind ‖
-prefill ‖ tokens of block i). Two blocks with the same key have the same tokens, the same
-preceding context and the same schedule (each block one prefill, a model turn's header
-and reply together), so on one model, dtype and thread count they have the same bits. A stale page can
-therefore never be read for a block whose context changed: its key would differ.
+prefill ‖ the forward's shape ‖ tokens of block i), the shape being where the block starts in
+the forward that computed it and that forward's length (`unsee.model.state.forward_groups`: a
+model turn's forward holds the prompt blocks joined to it). Two blocks with the same key have
+the same tokens, the same preceding context and rows from a forward of the same shape at the
+same offset; the tokens after a row do not change its bits (`row_independence`), so on one
+model, dtype and thread count they have the same bits. A stale page can therefore never be read
+for a block whose context changed: its key would differ.
 
 Layout of one page: [layers, 2 (K, V), kv_heads, n, head_dim], the model's dtype, stored raw.
 """
@@ -16,12 +19,12 @@ from __future__ import annotations
 import hashlib
 from array import array
 
-ROOT = "fixed-point-turns"  # names the canonical schedule: pages of another schedule never match
+ROOT = "joined-fixed-point-turns"  # names the canonical schedule: pages of another schedule never match
 
 
-def page_key(prev: str, kind: str, prefill: int, tokens) -> str:
+def page_key(prev: str, kind: str, prefill: int, tokens, shape: tuple[int, int] = (0, 0)) -> str:
     h = hashlib.sha256(prev.encode())
-    h.update(f"|{kind}|{prefill}|".encode())
+    h.update(f"|{kind}|{prefill}|{shape[0]}|{shape[1]}|".encode())
     h.update(array("q", tokens).tobytes())
     return h.hexdigest()[:32]
 
@@ -37,16 +40,21 @@ class PageKeys:
         self._memo: dict[int, tuple[object, str, str]] = {}  # id(block) → (block, prev key, key)
 
     def keys(self, tokens, blocks) -> list[str]:
+        from unsee.model.state import forward_groups
+
         out, prev = [], ROOT
-        for b in blocks:
-            hit = self._memo.get(id(b))
-            if hit is not None and hit[0] is b and hit[1] == prev:
-                key = hit[2]
-            else:
-                key = page_key(prev, b.kind, b.prefill, tokens[b.start:b.end])
-                self._memo[id(b)] = (b, prev, key)  # holds b, so its id is not reused
-            out.append(key)
-            prev = key
+        for first, last in forward_groups(blocks):
+            g0, g1 = blocks[first].start, blocks[last].end
+            for b in blocks[first:last + 1]:
+                shape = (b.start - g0, g1 - g0)
+                hit = self._memo.get(id(b))
+                if hit is not None and hit[0] is b and hit[1] == (prev, shape):
+                    key = hit[2]
+                else:
+                    key = page_key(prev, b.kind, b.prefill, tokens[b.start:b.end], shape)
+                    self._memo[id(b)] = (b, (prev, shape), key)  # holds b, so its id is not reused
+                out.append(key)
+                prev = key
         return out
 
     def copy(self) -> "PageKeys":

@@ -27,7 +27,7 @@ from unsee.specs.traces import Append, Begin, Crop, Forward, Reset
 METHODS = ("B5", "B5'", "B7")
 
 
-def forward_limit(rt, events=None) -> dict:
+def forward_limit(rt) -> dict:
     """Replay the engine events of `rt`'s last forget on a copy of its engine; time the forwards.
 
     Every event runs again in order: a reset, a crop, a forward over the same number of tokens
@@ -35,8 +35,7 @@ def forward_limit(rt, events=None) -> dict:
     hits) copied from the forget's result, which holds the same rows at those positions (the
     shared prefix; zeros where they are another state's). Only the forwards are timed. The token ids are the result's context where
     it reaches (a rejected draft's ids are not kept; a dense forward's time does not depend on
-    which ids it reads). `events`: another schedule of the same forget to time in their place
-    (`merged_observations`). Returns {forwards, tokens, seconds}; `rt` is left as it was."""
+    which ids it reads). Returns {forwards, tokens, seconds}; `rt` is left as it was."""
     import torch
 
     from unsee.impl.engine.exact import settle
@@ -62,7 +61,7 @@ def forward_limit(rt, events=None) -> dict:
 
     seconds, forwards, tokens = 0.0, 0, 0
     with torch.inference_mode():
-        for e in trace.events if events is None else events:
+        for e in trace.events:
             if isinstance(e, Begin):  # the engine as the forget found it (R_T, resident or not)
                 fill(0, e.length)
             elif isinstance(e, Reset):
@@ -88,44 +87,6 @@ def forward_limit(rt, events=None) -> dict:
                 tokens += e.n
     engine.release()
     return {"forwards": forwards, "tokens": tokens, "seconds": round(seconds, 4)}
-
-
-def merged_observations(events) -> list:
-    """The same forget under a schedule where each model turn's prompt blocks (the observation
-    before its header) are computed in the turn's own forwards instead of apart: every run of
-    prompt-block prefills (no logits) joins the forward that starts the model turn after it (the
-    header alone, or header and draft), and each prefill that starts the turn again after a crop
-    to its header (the reply's canonical prefill after drafting or a rejected draft) computes the
-    blocks again, from their first position. Positions, crops inside the reply and every other
-    event are as recorded. A turn whose draft holds is then one forward; a turn that decodes
-    computes its observation twice. This is the schedule the recorded events are compared with
-    in `scripts/merge_schedule.py`; nothing runs under it."""
-    out: list = []
-    pending: list = []  # prompt-block prefills not yet joined to a model turn
-    turn = None  # (first position of the blocks, the header's position, the blocks' tokens)
-    for e in events:  # a forget's events are contiguous (`contiguous` in unsee.specs.traces)
-        if isinstance(e, Forward) and e.kind == "prefill" and not e.logits:
-            pending.append(e)
-            turn = None
-            continue
-        if isinstance(e, Forward) and pending:
-            blocks = sum(p.n for p in pending)
-            turn = (pending[0].start, e.start, blocks)
-            out.append(Forward(e.kind, pending[0].start, blocks + e.n, e.logits))
-            pending = []
-            continue
-        out.extend(pending)
-        pending = []
-        if turn is not None and isinstance(e, Crop) and e.length == turn[1]:
-            out.append(Crop(turn[0]))
-            continue
-        if turn is not None and isinstance(e, Forward) and e.start == turn[1] and e.kind == "prefill":
-            out.append(Forward(e.kind, turn[0], turn[2] + e.n, e.logits))
-            continue
-        if isinstance(e, (Reset, Append, Begin)) or (isinstance(e, Crop) and turn is not None and e.length < turn[1]):
-            turn = None  # the turn is left
-        out.append(e)
-    return out + pending
 
 
 def forget_and_limit(db: Path, method: str, source: str = "z") -> dict:

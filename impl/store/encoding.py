@@ -16,13 +16,16 @@ from unsee.model.session import Checkpoint, Session
 from unsee.model.state import (Artifact, Block, Config, LedgerEntry, State, ToolCall, artifact_delta,
                                inherited_sources, provenance)
 
-FORMAT = 6  # 1: every R_t stored whole; 2: per-transition deltas and K/V pages; 3: 2 + digests; 4: JSON tool calls;
-# 5: F runs on weights that start on 64-byte boundaries, however the model was loaded; 6: a model turn is one prefill
+FORMAT = 7  # 1: every R_t stored whole; 2: per-transition deltas and K/V pages; 3: 2 + digests; 4: JSON tool calls;
+# 5: F runs on weights that start on 64-byte boundaries, however the model was loaded; 6: a model turn is one prefill;
+# 7: a model turn's forward holds the prompt blocks before it
 CHANGED = {  # what each format changed in F: why an older store's transitions are not this F's
     4: "tool calls carry JSON arguments",
     5: "F runs on weights that start on 64-byte boundaries (a model read from the weights cache did not, and some "
        "of its forwards gave other bits)",
     6: "a model turn's header and reply are one prefill (they were two: other bits, one forward fewer per turn)",
+    7: "a model turn's forward also holds the prompt blocks its transition wrote before it (they were a forward "
+       "of their own: other bits, one forward fewer per turn)",
 }
 MAGIC = b"SQLite format 3\x00"
 
@@ -69,7 +72,7 @@ def _common(prev: tuple, cur: tuple) -> int:
 # Tuple layers stored as (kept prefix length, appended tail): a turn costs what it added.
 _APPEND = {
     "tokens": (lambda s: s.tokens, lambda x: x, lambda x: x),
-    "blocks": (lambda s: s.blocks, lambda b: [b.artifact, b.kind, b.start, b.end, b.prefill], lambda b: Block(*b)),
+    "blocks": (lambda s: s.blocks, lambda b: [b.artifact, b.kind, b.start, b.end, b.prefill, b.joined], lambda b: Block(*b)),
     "memory": (lambda s: s.memory, lambda m: [m[0], list(m[1])], lambda m: (m[0], tuple(m[1]))),
     "ledger": (lambda s: s.ledger, lambda e: [e.call_id, e.tool, e.args, e.turn],
                lambda e: LedgerEntry(*e)),

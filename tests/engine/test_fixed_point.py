@@ -20,7 +20,7 @@ from unsee.impl.experiments.oracle import oracle_replay
 from unsee.impl.engine.models import Bundle, load
 from unsee.model import Config
 from unsee.model.session import append
-from unsee.model.state import Meter
+from unsee.model.state import Meter, forward_groups
 
 CONFIGS = [(m, d, a) for m in FAMILIES for d in ("float32", "bfloat16") for a in ("eager", "sdpa")]
 
@@ -48,12 +48,14 @@ def test_every_reply_is_the_fixed_point_of_its_prefill(model, dtype, attn):
     for o in EPISODE[:2]:  # a system prompt, then a user turn with a 4-token reply
         rt.step(o)
     r = rt.session.state
-    reply = r.blocks[-1]
-    head, toks = r.tokens[reply.start:reply.start + reply.prefill], r.tokens[reply.start + reply.prefill:reply.end]
+    reply, (first, last) = r.blocks[-1], forward_groups(r.blocks)[-1]
+    assert last == len(r.blocks) - 1 and first < last  # the user block is joined to the turn
+    start = r.blocks[first].start
+    head, toks = r.tokens[start:reply.start + reply.prefill], r.tokens[reply.start + reply.prefill:reply.end]
     e = rt.engine.clone()
     b = len(rt.model.bos)
-    e.crop(b + reply.start)
-    rows = e.prefill_logits(head + toks)  # [h + n, V]: the model turn is one prefill
+    e.crop(b + start)
+    rows = e.prefill_logits(head + toks)  # [h + n, V]: the model turn, its user block included, is one prefill
     h = len(head)
     assert [e.choose(rows[h - 1 + i]) for i in range(len(toks))] == list(toks)
     assert kv_equal(e.kv_tensors(), rt.engine.kv_tensors())  # the turn's K/V are that prefill's
@@ -79,10 +81,13 @@ def test_a_recorded_reply_is_accepted_with_no_decoding_and_the_same_bits(model):
         s2, _ = append(again.session, EPISODE[4], m, hints=hints)
         assert s2.state.outputs == recorded and kv_equal(again.engine.kv_tensors(), want)
         assert (m.replies, m.replies_skipped) == (2, skipped)
-        if skipped == 2:  # every draft accepted: one forward per block, a model turn (header and reply) one of them
-            assert again.engine.forwards - f0 == len(s2.state.blocks) - len(prev.state.blocks)
+        groups = forward_groups(s2.state.blocks)[len(forward_groups(prev.state.blocks)):]
+        if skipped == 2:  # every draft accepted: one forward per model turn (its prompt blocks, header and
+            # reply) and one per prompt block no turn follows: 3 forwards for 5 blocks
+            assert again.engine.forwards - f0 == len(groups) == 3 < len(s2.state.blocks) - len(prev.state.blocks)
         n = [len(x) for x in recorded]
-        h = [b.prefill for b in s2.state.blocks if b.kind == "assistant"][-2:]  # the two turns' headers
+        bl = s2.state.blocks  # the two turns' prompts: the blocks joined to each and its header
+        h = [bl[j].start + bl[j].prefill - bl[i].start for i, j in groups if bl[j].kind == "assistant"]
         # decoding forwards the header alone and picks a draft's last token with no forward; the
         # turn's prefill checks it; the draft wrong at its last token is checked twice (the second
         # time with its header), and re-drafted with no forward at all

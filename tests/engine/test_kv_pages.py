@@ -21,6 +21,7 @@ from unsee.impl.store.episode import write_episode
 from unsee.impl.engine.exact import compare
 from unsee.impl.store.sqlite import Store
 from unsee.model import Config
+from unsee.model.state import forward_groups
 
 
 def snapshot_kv(rt):
@@ -82,6 +83,26 @@ def test_a_missing_page_is_recomputed_and_counted(tmp_path):
     born4 = {b for b in r.blocks} - set(fresh.session.states[3].blocks)
     assert computed == sum(b.end - b.start for b in born4) > 0
     assert kv_equal(fresh.engine.kv_tensors(), resident[4])  # the fallback is exact too
+    st.close()
+
+
+@pytest.mark.tiny
+def test_a_forward_missing_one_page_is_recomputed_whole(tmp_path):
+    """A user block's rows come from its model turn's forward: with the turn's page gone, the
+    block's own page is not enough (the turn computed alone would give other bits), so the whole
+    forward is recomputed, and from there on everything; the result is still the resident cache."""
+    rt, resident = run_recording("tiny-llama", "float32")
+    st = Store(tmp_path / "s.db", create=True)
+    st.save(rt.session, "tiny-llama", dict(rt.digest()))
+    fresh = open_runtime(st)
+    r = fresh.session.states[4]
+    first, last = next(g for g in forward_groups(r.blocks) if g[0] < g[1] and r.blocks[g[1]].kind == "assistant")
+    keys = fresh.model.keys.keys(r.tokens, r.blocks)
+    st.db.execute("DELETE FROM pages WHERE key = ?", (keys[last],))  # the turn's page; its user block's stays
+    assert st.db.execute("SELECT COUNT(*) FROM pages WHERE key = ?", (keys[first],)).fetchone()[0] == 1
+    _, computed = fresh.model.rebuild(r.tokens, r.blocks)
+    assert computed == len(r.tokens) - r.blocks[first].start
+    assert kv_equal(fresh.engine.kv_tensors(), resident[4])
     st.close()
 
 
@@ -210,8 +231,9 @@ def test_smollm2_pages_restore_the_resident_cache_bit_for_bit(tmp_path, dtype):
 
 @pytest.mark.tiny
 def test_a_restore_copies_each_page_in_before_it_reads_the_next(tmp_path):
-    """The pages of a restore are streamed: when a page is read, every page before it is already in
-    the cache, so a restore holds one page besides the cache (a fresh process's restore of a
+    """The pages of a restore are streamed: when a forward's pages are read, every page before that
+    forward is already in the cache, so a restore holds one forward's pages besides the cache (a
+    fresh process's restore of a
     4,820-token SmolLM2 store went from 1.43 s to 0.52 s, most of it memory faulted in for
     pages held all at once). A stored page is a view of the verified bytes, not a copy."""
     rt, resident = run_recording("tiny-llama", "float32")
@@ -228,7 +250,8 @@ def test_a_restore_copies_each_page_in_before_it_reads_the_next(tmp_path):
     r = fresh.session.states[len(EPISODE)]
     _, computed = fresh.model.rebuild(r.tokens, r.blocks)
     assert computed == 0 and len(lengths) == len(r.blocks) > 1
-    assert lengths == [1 + b.start for b in r.blocks]  # page k is read once pages 0..k-1 sit in the cache
+    starts = [1 + r.blocks[first].start for first, last in forward_groups(r.blocks) for _ in range(first, last + 1)]
+    assert lengths == starts and len(set(starts)) < len(starts)  # a forward's pages once the forwards before it sit in the cache
     assert kv_equal(fresh.engine.kv_tensors(), resident[len(EPISODE)])
     blob = st.db.execute("SELECT data FROM pages LIMIT 1").fetchone()[0]
     page = from_bytes(blob, json.loads(st.meta("kv_pages")), "cpu")

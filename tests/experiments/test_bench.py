@@ -5,8 +5,17 @@ import pytest
 from unsee.impl.experiments.bench_sessions import cost_session, live_session
 from unsee.impl.experiments.bench_sweeps import fit, synthetic_graph
 from unsee.model import full_reset, selective_replay, taint_closure
+from unsee.model.state import forward_groups
 
 T = 10
+
+
+def prompts(state, after: int) -> list[int]:
+    """The prompt of each model turn of the transitions after `after`: the prompt blocks joined
+    to it (its observation) and its header, the tokens of its drafting forward."""
+    bl = state.blocks
+    return [bl[j].start + bl[j].prefill - bl[i].start for i, j in forward_groups(bl)
+            if bl[j].kind == "assistant" and int(bl[j].artifact[1:].split(".")[0]) > after]
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +30,7 @@ def _run(benchmark, live, op):
         e = rt.engine
         p0, d0 = e.tokens_prefilled, e.tokens_decoded
         rt.session, r = op(rt.session)
-        out.update(r=r, prefilled=e.tokens_prefilled - p0, decoded=e.tokens_decoded - d0)
+        out.update(r=r, s=rt.session, prefilled=e.tokens_prefilled - p0, decoded=e.tokens_decoded - d0)
 
     benchmark.pedantic(target, setup=lambda: ((live.branch(),), {}), rounds=3, iterations=1)
     benchmark.extra_info.update(transitions=out["r"].transitions, tokens_prefilled=out["prefilled"],
@@ -34,10 +43,12 @@ def _run(benchmark, live, op):
 def test_selective_replay_invokes_F_T_minus_tau_plus_1_times(benchmark, sessions, tau):
     out = _run(benchmark, sessions[tau], lambda s: selective_replay(s, ["z"], drafts=False))
     assert out["r"].transitions == T - tau + 1
-    # every post-τ user turn forwards its header alone, then decodes 4 tokens, the last picked with
-    # no forward, then prefills header and reply as one block; o_τ^{-z} is empty
-    h = len(sessions[tau].model.header("reply"))
-    assert out["decoded"] == (h + 3) * (T - tau) and out["r"].tokens_verified == 4 * (T - tau)
+    # every post-τ user turn forwards its prompt (the user block and the header) alone, then decodes
+    # 4 tokens, the last picked with no forward, then prefills prompt and reply as one block;
+    # o_τ^{-z} is empty
+    p, h = prompts(out["s"].state, tau), len(sessions[tau].model.header("reply"))
+    assert len(p) == T - tau and min(p) > h
+    assert out["decoded"] == sum(x + 3 for x in p) and out["r"].tokens_verified == 4 * (T - tau)
 
 
 @pytest.mark.tiny
@@ -55,8 +66,9 @@ def test_selective_replay_decodes_only_the_replies_the_target_changed(benchmark,
 def test_full_reset_invokes_F_T_times(benchmark, sessions, tau):
     out = _run(benchmark, sessions[tau], lambda s: full_reset(s, ["z"]))
     assert out["r"].transitions == T
-    h = len(sessions[tau].model.header("reply"))  # forwarded alone before the reply is decoded
-    assert out["decoded"] == (h + 3) * (T - 2)  # all user turns but the system prompt and the empty o_τ, 4 tokens each
+    p = prompts(out["s"].state, 0)  # each turn's prompt, forwarded alone before its reply is decoded
+    assert len(p) == T - 2  # all user turns but the system prompt and the empty o_τ, 4 tokens each
+    assert out["decoded"] == sum(x + 3 for x in p)
 
 
 @pytest.mark.tiny
@@ -369,13 +381,13 @@ def test_a_rejected_draft_is_tried_only_while_drafts_have_paid():
         m = Meter(draft_credit=credit)
         append(s, episode[2], m, hints=bad)  # the reply again, from R_2, with a wrong draft
         counts[credit] = (m.tokens_decoded, m.tokens_verified, m.draft_credit)
-    h = len(live.model.header("reply"))
-    # not tried: the header forwarded alone, 4 tokens decoded (the last with no forward), then
-    # header and reply prefilled once as the turn's block (its header is the turn's prompt)
+    (h,) = prompts(live.session.state, 2)  # the turn's prompt: the user block and the header
+    # not tried: the prompt forwarded alone, 4 tokens decoded (the last with no forward), then
+    # prompt and reply prefilled once as the turn's block (its prompt counted as prefilled)
     assert counts[0] == (h + 3, 4, 0)
-    # tried with credit 4: rejected at token 0, so one wasted prefill; decoding from the header's
-    # row then costs 3, and the second prefill computes header and reply again (4 + h). The credit
-    # falls by what the draft cost against decoding (h + 3 + 4): 4 + (h + 7) − (3 + 8 + h) = 0
+    # tried with credit 4: rejected at token 0, so one wasted prefill; decoding from the prompt's
+    # last row then costs 3, and the second prefill computes prompt and reply again (4 + h). The
+    # credit falls by what the draft cost against decoding (h + 3 + 4): 4 + (h + 7) − (3 + 8 + h) = 0
     assert counts[4] == (3, 8 + h, 0)
     assert counts[None][:2] == counts[4][:2] and counts[None][2] is None
 

@@ -193,7 +193,8 @@ def test_an_artifact_copies_and_pickles_as_its_provenance_tuple_alone(tmp_path):
     st.close()
 
 
-@pytest.mark.parametrize("fmt, says", [(5, ["header and reply are one prefill"]),
+@pytest.mark.parametrize("fmt, says", [(6, ["holds the prompt blocks"]),
+                                       (5, ["header and reply are one prefill", "holds the prompt blocks"]),
                                        (4, ["64-byte boundaries", "one prefill"]),
                                        (3, ["tool calls carry JSON arguments", "64-byte boundaries", "one prefill"])])
 def test_an_older_store_is_refused_with_what_changed_f_since(tmp_path, fmt, says):
@@ -204,6 +205,6 @@ def test_an_older_store_is_refused_with_what_changed_f_since(tmp_path, fmt, says
     Store(db, create=True).close()
     with sqlite3.connect(db) as c:
         c.execute("UPDATE meta SET value = ? WHERE key = 'format'", (str(fmt),))
-    with pytest.raises(StoreError, match=f"store of format {fmt}; this unsee writes format 6") as e:
+    with pytest.raises(StoreError, match=f"store of format {fmt}; this unsee writes format 7") as e:
         Store(db)
     assert all(s in str(e.value) for s in says) and "unsee run EPISODE --db NEW.db" in str(e.value)
