@@ -37,7 +37,7 @@ def without_artifacts(state, drop: set[str], model):
         start = len(tokens)
         tokens.extend(state.tokens[b.start:b.end])
         positions.extend(range(b.start, b.end))
-        blocks.append(Block(b.artifact, b.kind, start, len(tokens), b.prefill))  # rows kept, no forward
+        blocks.append(Block(b.artifact, b.kind, start, len(tokens), b.prefill))  # not joined: rows selected, not computed
     return replace(state, tokens=tuple(tokens), kv=model.select(state.kv, positions), blocks=tuple(blocks))
 
 

@@ -2,6 +2,7 @@
 
 from unsee.impl.engine.runtime import KVRuntime
 from unsee.model import Config, Observation, Part
+from unsee.model.state import forward_groups
 
 FAMILIES = ("tiny-llama", "tiny-qwen2", "tiny-mistral")
 
@@ -14,6 +15,14 @@ EPISODE = (
     Observation("user", (Part("u3", "summarize please"),), reply=2, compact=True),
     Observation("user", (Part("u4", "thanks"),), reply=3),
 )
+
+
+def prompts(state, after: int) -> list[int]:
+    """The prompt of each model turn of the transitions after `after`: the prompt blocks joined
+    to it (its observation) and its header, the tokens of its drafting forward."""
+    bl = state.blocks
+    return [bl[j].start + bl[j].prefill - bl[i].start for i, j in forward_groups(bl)
+            if bl[j].kind == "assistant" and int(bl[j].artifact[1:].split(".")[0]) > after]
 
 
 def kv_factory(model, policy="every", dtype="float32", **cfg):

@@ -19,6 +19,8 @@ from __future__ import annotations
 import hashlib
 from array import array
 
+from unsee.model.state import forward_groups
+
 ROOT = "joined-fixed-point-turns"  # names the canonical schedule: pages of another schedule never match
 
 
@@ -40,8 +42,6 @@ class PageKeys:
         self._memo: dict[int, tuple[object, str, str]] = {}  # id(block) → (block, prev key, key)
 
     def keys(self, tokens, blocks) -> list[str]:
-        from unsee.model.state import forward_groups
-
         out, prev = [], ROOT
         for first, last in forward_groups(blocks):
             g0, g1 = blocks[first].start, blocks[last].end

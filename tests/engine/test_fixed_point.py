@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from tests.kv_helpers import EPISODE, FAMILIES
+from tests.kv_helpers import EPISODE, FAMILIES, prompts
 from tests.store.test_cli_store import unsee
 from tests.engine.test_kv_pages import kv_equal, snapshot_kv
 from unsee.impl.engine.runtime import KVRuntime
@@ -86,8 +86,7 @@ def test_a_recorded_reply_is_accepted_with_no_decoding_and_the_same_bits(model):
             # reply) and one per prompt block no turn follows: 3 forwards for 5 blocks
             assert again.engine.forwards - f0 == len(groups) == 3 < len(s2.state.blocks) - len(prev.state.blocks)
         n = [len(x) for x in recorded]
-        bl = s2.state.blocks  # the two turns' prompts: the blocks joined to each and its header
-        h = [bl[j].start + bl[j].prefill - bl[i].start for i, j in groups if bl[j].kind == "assistant"]
+        h = prompts(s2.state, prev.T)  # the two turns' prompts: the blocks joined to each and its header
         # decoding forwards the header alone and picks a draft's last token with no forward; the
         # turn's prefill checks it; the draft wrong at its last token is checked twice (the second
         # time with its header), and re-drafted with no forward at all

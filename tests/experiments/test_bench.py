@@ -5,17 +5,9 @@ import pytest
 from unsee.impl.experiments.bench_sessions import cost_session, live_session
 from unsee.impl.experiments.bench_sweeps import fit, synthetic_graph
 from unsee.model import full_reset, selective_replay, taint_closure
-from unsee.model.state import forward_groups
+from tests.kv_helpers import prompts
 
 T = 10
-
-
-def prompts(state, after: int) -> list[int]:
-    """The prompt of each model turn of the transitions after `after`: the prompt blocks joined
-    to it (its observation) and its header, the tokens of its drafting forward."""
-    bl = state.blocks
-    return [bl[j].start + bl[j].prefill - bl[i].start for i, j in forward_groups(bl)
-            if bl[j].kind == "assistant" and int(bl[j].artifact[1:].split(".")[0]) > after]
 
 
 @pytest.fixture(scope="module")
