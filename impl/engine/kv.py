@@ -471,8 +471,21 @@ class KVEngine:
 
 
 def tensor_digest(tensors) -> str:
+    """sha256 over each tensor's shape and its bytes in row-major order (the bytes of
+    `t.contiguous()`), read in place: a cache layer is a view of a larger buffer, whose
+    contiguous pieces are hashed one after another instead of copying the layer out."""
     h = hashlib.sha256()
     for t in tensors:
         h.update(str(tuple(t.shape)).encode())
-        h.update(t.detach().to("cpu").contiguous().view(torch.uint8).numpy().tobytes())
+        for piece in _contiguous_pieces(t.detach().to("cpu")):
+            h.update(piece.reshape(-1).view(torch.uint8).numpy())
     return h.hexdigest()[:16]
+
+
+def _contiguous_pieces(t: torch.Tensor):
+    """`t` as contiguous sub-tensors whose bytes, in order, are `t.contiguous()`'s."""
+    if t.is_contiguous() or t.dim() <= 1:
+        yield t.contiguous()  # a copy only for a strided vector
+        return
+    for sub in t:
+        yield from _contiguous_pieces(sub)

@@ -248,3 +248,32 @@ def test_prompt_blocks_without_logits_give_the_same_bits(model, dtype, attn, mon
     old = session()
     assert new[0] == old[0]
     assert len(new[1]) == len(old[1]) and all(torch.equal(x, y) for x, y in zip(new[1], old[1]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_digest_reads_a_layer_in_place_and_hashes_its_contiguous_bytes(dtype):
+    """tensor_digest hashes the bytes of `t.contiguous()` without copying a layer out of its buffer:
+    a strided view (a cache layer inside a larger buffer), a transposed one, a strided vector and an
+    empty one each hash as their contiguous copy does, and one changed element changes the digest."""
+    import hashlib
+
+    from unsee.impl.engine.kv import tensor_digest
+
+    def copied(tensors):
+        h = hashlib.sha256()
+        for t in tensors:
+            h.update(str(tuple(t.shape)).encode())
+            h.update(t.contiguous().view(torch.uint8).numpy().tobytes())
+        return h.hexdigest()[:16]
+
+    g = torch.Generator().manual_seed(0)
+    buffer = torch.randn(1, 3, 40, 8, generator=g).to(dtype)
+    cases = [buffer[..., :29, :], torch.randn(6, 5, generator=g).to(dtype).t(),
+             torch.randn(7, 4, generator=g).to(dtype)[:, 1], buffer[..., :0, :], buffer]
+    for t in cases:
+        assert not t.is_contiguous() or t is buffer or t.numel() == 0
+        assert tensor_digest([t]) == copied([t])
+    assert tensor_digest(cases) == copied(cases)
+    before = tensor_digest([buffer[..., :29, :]])
+    buffer[0, 2, 28, 7] += 1
+    assert tensor_digest([buffer[..., :29, :]]) != before
