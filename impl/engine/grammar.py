@@ -99,12 +99,29 @@ _TOKENIZERS: dict = {}
 
 
 def _lltokenizer(hf_tokenizer, vocab: int, end: int):
+    """llguidance's tokenizer over `hf_tokenizer` (built once per process: about 0.2 s)."""
     key = (id(hf_tokenizer), vocab, end)
     if key not in _TOKENIZERS:
-        import llguidance.hf
+        import llguidance
 
-        _TOKENIZERS[key] = (hf_tokenizer, llguidance.hf.from_tokenizer(hf_tokenizer, n_vocab=vocab, eos_token=end))
+        backend = getattr(hf_tokenizer, "backend_tokenizer", None)
+        if backend is not None and backend.padding is None and backend.truncation is None:
+            # the JSON `llguidance.hf.from_tokenizer` builds from, without the copy of the tokenizer
+            # it makes only to switch padding and truncation off (off here already)
+            built = llguidance.LLTokenizer(backend.to_str(), n_vocab=vocab, eos_token=end)
+        else:
+            import llguidance.hf
+
+            built = llguidance.hf.from_tokenizer(hf_tokenizer, n_vocab=vocab, eos_token=end)
+        _TOKENIZERS[key] = (hf_tokenizer, built)
     return _TOKENIZERS[key][1]
+
+
+def prepare(template, vocab: int) -> None:
+    """Build what `grammar` needs for this template once, ahead of the first constrained reply."""
+    tok = getattr(template, "tok", None)
+    if tok is not None:
+        _lltokenizer(tok, vocab, end_token(template))
 
 
 @lru_cache(maxsize=256)

@@ -48,6 +48,9 @@ class TorchLM:
         self.keys = PageKeys()
         self.pages: dict[str, torch.Tensor] = {}  # key → [layers, 2, kv_heads, n, head_dim]
         self.page_source = None
+        # keys whose page `page_source` gave back (a rebuild read them): the store holds them, so
+        # `after_step` does not copy their rows out of the cache again, and `page` reads them back
+        self.stored: set[str] = set()
         self.chain: list[tuple[object, str]] = []  # (block, key) of the resident context, in order
         self.capture_seconds = 0.0  # time spent slicing pages out of the cache (page-write overhead)
         self.passes = 0  # fixed-point prefills of replies
@@ -77,6 +80,7 @@ class TorchLM:
         other = copy.copy(self)
         other.engine = self.engine.clone()
         other.keys, other.pages, other.chain = self.keys.copy(), dict(self.pages), list(self.chain)
+        other.stored = set(self.stored)
         return other
 
     # -- tokens ---------------------------------------------------------------------------
@@ -91,6 +95,13 @@ class TorchLM:
         from unsee.impl.engine.grammar import grammar
 
         return grammar(self.template, tool, self.engine.model.config.vocab_size)
+
+    def prepare_grammar(self) -> None:
+        """Build the grammar's tokenizer now (part of opening a stored session), not inside the
+        first constrained reply of a forget."""
+        from unsee.impl.engine.grammar import prepare
+
+        prepare(self.template, self.engine.model.config.vocab_size)
 
     def json_text(self, tokens) -> str:
         """The text of a constrained reply (its end token dropped)."""
@@ -261,10 +272,14 @@ class TorchLM:
     def page(self, key: str) -> torch.Tensor | None:
         if key in self.pages:
             return self.pages[key]
-        return None if self.page_source is None else self.page_source(key)
+        page = None if self.page_source is None else self.page_source(key)
+        if page is not None:
+            self.stored.add(key)
+        return page
 
     def after_step(self, state) -> None:
-        """Capture the K/V rows of every block of R_t not paged yet (each block once)."""
+        """Capture the K/V rows of every block of R_t not paged yet (each block once): neither
+        captured before nor read back from the page source (a restored prefix is not copied again)."""
         if not self.resident(state.kv):
             raise UnseeError("after_step: the state's cache is not the resident one")
         log = self.engine.recorder
@@ -283,7 +298,7 @@ class TorchLM:
         t0 = time.perf_counter()
         b = len(self.bos)
         for blk, key in self.chain:
-            if key not in self.pages:
+            if key not in self.pages and key not in self.stored:
                 self.pages[key] = self.engine.rows(b + blk.start, b + blk.end)
         self.capture_seconds += time.perf_counter() - t0
 

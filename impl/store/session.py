@@ -46,6 +46,8 @@ def open_runtime(store, **kw) -> ReferenceRuntime:
             raise StoreError(f"the K/V pages in {store.path} have layout {pages}, but {model} loads as "
                              f"{rt.model.page_layout()}: open it with the dtype it was run with")
         rt.model.page_source = store.page_reader(rt.model.engine.device)
+    if hasattr(rt.model, "prepare_grammar"):  # a model's setup, counted in opening it
+        rt.model.prepare_grammar()
     rt.session = with_live_cache(replace(session, lm=rt.model))
     rt.config = rt.session.config
     rt.root = root

@@ -376,8 +376,9 @@ class Store:
                 continue
             page = lm.page(key)
             if page is None:
-                raise StoreError(f"the K/V page of a block of R_{t} was never captured; run with kv_pages on "
-                                 "from the start, or save with --kv-pages none")
+                raise StoreError(f"the K/V page of a block of R_{t} was never captured (or its stored copy no "
+                                 "longer passes its digest); run with kv_pages on from the start, or save with "
+                                 "--kv-pages none")
             data = to_bytes(page)
             t0 = time.perf_counter()
             out.append((key, t, data, page_digest(identity, key, data)))

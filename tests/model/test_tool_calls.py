@@ -146,6 +146,39 @@ def test_constrained_replies_are_fixed_points_on_the_engine(name, sampled):
         assert verified == len(want) * (1 if k == len(want) else 2)  # the draft's prefill, then the fixed point's
 
 
+
+def test_the_grammar_tokenizer_is_the_one_llguidance_builds():
+    """The grammar's tokenizer is built from the tokenizer's JSON without the copy that
+    `llguidance.hf.from_tokenizer` makes (only to switch padding and truncation off, off here):
+    same JSON, same tokens, same masks along a call's arguments."""
+    from copy import copy
+
+    import llguidance
+    import llguidance.hf
+
+    from unsee.impl.engine.grammar import _lltokenizer, closed, end_token
+    from unsee.impl.engine.models import load
+
+    b = load("recall-tiny")
+    tok, vocab, end = b.template.tok, b.model.config.vocab_size, end_token(b.template)
+    ours = _lltokenizer(tok, vocab, end)
+    theirs = llguidance.hf.from_tokenizer(tok, n_vocab=vocab, eos_token=end)
+    backend = copy(tok.backend_tokenizer)
+    backend.no_padding()
+    backend.no_truncation()
+    assert backend.to_str() == tok.backend_tokenizer.to_str()
+    assert (ours.vocab_size, ours.eos_token) == (theirs.vocab_size, theirs.eos_token)
+    text = '{"address":"5 Elm Street, Oslo"}'  # the grammar's own spacing
+    assert ours.tokenize_str(text) == theirs.tokenize_str(text)
+    source = llguidance.LLMatcher.grammar_from_json_schema(closed(json.loads(SHIP_GIFT.schema)),
+                                                           defaults={"whitespace_flexible": False})
+    a, c = llguidance.LLMatcher(ours, source), llguidance.LLMatcher(theirs, source)
+    for t in ours.tokenize_str(text):
+        assert a.compute_bitmask() == c.compute_bitmask()
+        assert a.consume_token(t) and c.consume_token(t)
+    assert a.compute_bitmask() == c.compute_bitmask()
+
+
 # --- episodes and stores ---------------------------------------------------------------------
 
 def test_an_episode_declares_tools_and_bad_declarations_name_the_line(tmp_path):
