@@ -6,7 +6,7 @@ the in-process sweeps of `bench_sweeps` and, at the agent shape, the fresh proce
 from __future__ import annotations
 
 from unsee.impl.experiments.bench_cross import cross_process
-from unsee.impl.experiments.bench_sessions import AGENT_SUFFIX, AGENT_SYSTEM, AGENT_TOOLS, SHAPES, load_template
+from unsee.impl.experiments.bench_sessions import AGENT_SUFFIX, AGENT_SYSTEM, AGENT_TOOLS, SHAPES, load_template, machine
 from unsee.impl.experiments.bench_sweeps import (SWEEP_METHODS, closure_timing, fit, flat_in_T, indep_sweep,
                                                  provenance_overhead, tau_sweep)
 
@@ -55,7 +55,7 @@ def cost_law(model: str = "tiny-llama", T: int = 16, indeps=(0.0, 0.25, 0.5, 0.7
     ind = [r["indep"] for r in rows]
     doc = {
         "fit_decoded_vs_indep": fit(ind, [r["B7"]["tokens_decoded"] for r in rows]) if len(set(ind)) > 1 else None,
-        "model": model, "shape": shape, "T": T, "reply_tokens": reply, "repeats": repeats,
+        "model": model, "shape": shape, "T": T, "reply_tokens": reply, "repeats": repeats, "machine": machine(),
         "tau_sweep": taus, "indep_sweep": rows,
         "fit": f_tok and {**f_tok, "of": "B7 recomputed tokens vs T-tau+1"}, "fit_transitions": f_tr,
         "fit_algorithm1": f_alg1 and {**f_alg1, "of": "B7-decode (every reply decoded) recomputed tokens vs T-tau+1"},

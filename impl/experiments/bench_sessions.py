@@ -1,11 +1,15 @@
 """The cost law's sessions: the short shape (`cost_session`: a system prompt, a remembered fact
 as the target, user turns that use it or not) and the agent shape (`agent_session`: a
 function-calling session with the tool schemas, requests and tool results below), the τ a
-sweep measures at (`sweep_taus`), and a live runtime that has run one (`live_session`)."""
+sweep measures at (`sweep_taus`), a live runtime that has run one (`live_session`), and the
+machine a benchmark ran on (`machine`)."""
 
 from __future__ import annotations
 
 import json
+import os
+import platform
+from pathlib import Path
 
 from unsee.model.state import Config, Observation, Part
 
@@ -299,3 +303,20 @@ def load_template(model: str):
     from unsee.impl.engine.models import load
 
     return load(model).template
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine() -> dict:
+    """What a benchmark's seconds depend on besides the code: the CPU, its cores, torch."""
+    import torch
+
+    return {"cpu": cpu_model(), "cores": os.cpu_count(), "torch": torch.__version__}

@@ -147,7 +147,7 @@ def side_by_side(model: str, T: int, repeats: int = 3, reply: int = 8, attn: str
     (B5, B5′, B7, B5, ...) so that a slow spell of the machine falls on every method. Each run
     also measures the limit of its own forwards. `attn`: the kernel the session is run and
     stored under (every forget then runs under it), `threads` and `dtype` likewise. on_step(label) after each stage."""
-    from unsee.impl.experiments.bench_sessions import AGENT_SYSTEM, load_template
+    from unsee.impl.experiments.bench_sessions import AGENT_SYSTEM, load_template, machine
 
     runs: dict[str, list[dict]] = {m: [] for m in METHODS}
     with tempfile.TemporaryDirectory(prefix="unsee-limit-", dir=workdir) as tmp:
@@ -169,7 +169,7 @@ def side_by_side(model: str, T: int, repeats: int = 3, reply: int = 8, attn: str
             "dtype": settings["dtype"], "reply_tokens": reply, "repeats": repeats,
             "system_prompt_tokens": len(load_template(model).block("system", AGENT_SYSTEM)),
             "context_tokens": session["context_tokens"], "run_seconds": round(session["run_seconds"], 2),
-            "bit_exact": all(d == digests["B5"] for d in digests.values()),
+            "bit_exact": all(d == digests["B5"] for d in digests.values()), "machine": machine(),
             "methods": {m: summarize(rs) for m, rs in runs.items()}}
 
 
@@ -225,7 +225,8 @@ def side_by_side_report(doc: dict) -> list:
                    "open s: the store verified and the model loaded; process s: the whole process, interpreter, "
                    "imports of torch and transformers (median "
                    + ", ".join(f"{m} {d['import_seconds']['median']:.1f} s" for m, d in ms.items())
-                   + "), open, forget and save.")
+                   + "), open, forget and save."
+                   + (" Ran on {cpu}, {cores} cores, torch {torch}.".format(**doc["machine"]) if "machine" in doc else ""))
     ratio = b5["seconds"]["median"] / b7["seconds"]["median"]
     over = "—" if b7["over_limit"] is None else f"{b7['over_limit']['median']:.2f}×"
     head = (f"B5/B7 = {ratio:.1f}× in seconds and {b5['tokens_computed'] / max(1, b7['tokens_computed']):.1f}× in "

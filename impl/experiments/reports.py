@@ -289,6 +289,8 @@ def cost_law_report(doc: dict) -> list:
     for r in doc["closure_query"]:
         items.append(f"taint closure on {r['artifacts']:>9,} artifacts: {1000 * r['seconds']:.1f} ms "
                      f"({r['closure']:,} tainted)")
+    if "machine" in doc:
+        items.append("seconds measured on {cpu}, {cores} cores, torch {torch}".format(**doc["machine"]))
     return items
 
 

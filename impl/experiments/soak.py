@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from unsee.impl.experiments.bench_sessions import AGENT_SUFFIX, agent_session
+from unsee.impl.experiments.bench_sessions import AGENT_SUFFIX, agent_session, cpu_model
 from unsee.impl.store.episode import write_episode
 
 ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
@@ -41,16 +41,6 @@ def loadavg() -> float | None:
         return os.getloadavg()[0]
     except OSError:
         return None
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def environment(db: Path, load: int) -> dict:

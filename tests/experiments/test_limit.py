@@ -39,13 +39,16 @@ def test_bench_forget_prints_the_three_methods_against_their_own_forwards(tmp_pa
     threads = torch.get_num_threads()
     try:
         res = CliRunner().invoke(app, ["bench", "forget", "--model", "tiny-llama", "--T", "13", "--repeats", "1",
-                                       "--threads", "2", "--dtype", "bfloat16", "--json", str(out)])
+                                       "--threads", "2", "--dtype", "bfloat16", "--json", str(out),
+                                       "--markdown", str(tmp_path / "f.md")])
     finally:
         torch.set_num_threads(threads)  # the engine pins the process's thread count
     assert res.exit_code == 0, res.output
     assert "bit-exact: every method left the same state digests" in res.output and "bfloat16, 2 thread(s)" in res.output
     doc = json.loads(out.read_text())["runs"][0]
     assert doc["threads"] == 2 and doc["dtype"] == "bfloat16"  # read back from the store every forget process opened
+    assert doc["machine"]["cores"] >= 1  # what the seconds ran on, in the table's notes too
+    assert f"Ran on {doc['machine']['cpu']}, {doc['machine']['cores']} cores" in (tmp_path / "f.md").read_text()
     ms = doc["methods"]
     assert doc["bit_exact"] and set(ms) == {"B5", "B5'", "B7"}
     assert ms["B7"]["transitions"] == 13 - ms["B7"]["tau"] + 1 == 12 and ms["B5"]["transitions"] == 13
