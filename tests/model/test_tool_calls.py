@@ -146,7 +146,6 @@ def test_constrained_replies_are_fixed_points_on_the_engine(name, sampled):
         assert verified == len(want) * (1 if k == len(want) else 2)  # the draft's prefill, then the fixed point's
 
 
-
 def test_the_grammar_tokenizer_is_the_one_llguidance_builds():
     """The grammar's tokenizer is built from the tokenizer's JSON without the copy that
     `llguidance.hf.from_tokenizer` makes (only to switch padding and truncation off, off here):
@@ -156,7 +155,7 @@ def test_the_grammar_tokenizer_is_the_one_llguidance_builds():
     import llguidance
     import llguidance.hf
 
-    from unsee.impl.engine.grammar import _lltokenizer, closed, end_token
+    from unsee.impl.engine.grammar import LLGrammar, _lltokenizer, end_token
     from unsee.impl.engine.models import load
 
     b = load("recall-tiny")
@@ -170,8 +169,7 @@ def test_the_grammar_tokenizer_is_the_one_llguidance_builds():
     assert (ours.vocab_size, ours.eos_token) == (theirs.vocab_size, theirs.eos_token)
     text = '{"address":"5 Elm Street, Oslo"}'  # the grammar's own spacing
     assert ours.tokenize_str(text) == theirs.tokenize_str(text)
-    source = llguidance.LLMatcher.grammar_from_json_schema(closed(json.loads(SHIP_GIFT.schema)),
-                                                           defaults={"whitespace_flexible": False})
+    source = LLGrammar(SHIP_GIFT, tok, vocab, end).source  # the call's grammar, as the engine builds it
     a, c = llguidance.LLMatcher(ours, source), llguidance.LLMatcher(theirs, source)
     for t in ours.tokenize_str(text):
         assert a.compute_bitmask() == c.compute_bitmask()
