@@ -11,6 +11,11 @@ matchers, each of which says which tokens may come next (`mask`), takes the chos
 
 Either way the mask after a prefix is a function of that prefix alone, so a constrained reply is
 still the unique fixed point of the model's choices (`KVEngine.fixed_point`).
+
+The LangGraph chat model writes a model turn in its chat template's own form instead
+(`call_grammar`, `text_grammar`): a tool call `name", "arguments": {…}}\n</tool_call>` after the
+prefilled `<tool_call>\n{"name": "`, or a text answer, each ending with the end-of-turn token, and
+`call_room` bounds the tokens a call can take.
 """
 
 from __future__ import annotations
@@ -154,6 +159,151 @@ def _llgrammar(tool, tok, vocab, end) -> LLGrammar:
     if key not in _LL:  # the tokenizer is kept with its grammar, so its id is never reused meanwhile
         _LL[key] = (tok, LLGrammar(tool, tok, vocab, end))
     return _LL[key][1]
+
+
+class LarkGrammar:
+    """A grammar in llguidance's Lark syntax over a Hugging Face tokenizer, ending with `end`."""
+
+    def __init__(self, name: str, source: str, hf_tokenizer, vocab: int, end: int) -> None:
+        import llguidance
+
+        self.name, self.vocab, self.end = name, vocab, end
+        self.tokenizer = _lltokenizer(hf_tokenizer, vocab, end)
+        self.source = llguidance.LLMatcher.grammar_from_lark(source)
+        self.matcher()  # a grammar llguidance refuses is refused here, not at the first token
+
+    def matcher(self) -> LLMatcher:
+        return LLMatcher(self)
+
+
+# The JSON a chat template's call writes: the spacing of json.dumps (and of the template's example),
+# no other whitespace, and the escapes \" \\ \b \f \n \r \t only (no \u), so each character of a
+# string takes at most 4 bytes (`json_bound`).
+JSON_STYLE = {"whitespace_flexible": False, "key_separator": ": ", "item_separator": ", ",
+              "json_allowed_escapes": '"\\bfnrt'}
+# A text answer: at least one non-space character, no special token (so `<|im_start|>` cannot open
+# another turn) and no tool tag (`<tool_call>`, `</tool_response>`, …), so an answer is never the
+# fragment of a call.
+TEXT_LARK = 'start: TEXT\nTEXT: /(?s:\\s*[^\\s<].*)/ & ~/(?s:.*<\\/?tool.*)/\n'
+
+
+def call_lark(tools) -> str:
+    """The Lark grammar of a call after its opening (templates.CALL_OPEN): one of `tools` ((name,
+    JSON schema of the arguments) pairs) by name, its arguments under its schema (every property
+    required, no other), the closing `}\n</tool_call>`."""
+    import json
+
+    from unsee.impl.engine.templates import CALL_ARGUMENTS, CALL_CLOSE
+
+    rules = [f"start: {' | '.join(f'call{i}' for i in range(len(tools)))}"]
+    for i, (name, schema) in enumerate(tools):
+        rules.append(f"call{i}: {json.dumps(name)} {json.dumps(CALL_ARGUMENTS)} args{i} {json.dumps(CALL_CLOSE)}")
+        rules.append(f"args{i}: %json {json.dumps({**closed(schema), 'x-guidance': JSON_STYLE})}")
+    return "\n".join(rules) + "\n"
+
+
+def call_grammar(template, tools, vocab: int) -> LarkGrammar:
+    """The constraint of a tool call in the chat template's form (see `call_lark`), over a model
+    with its own tokenizer; it ends with the end-of-turn token."""
+    source = call_lark(tools)
+    return _lark("|".join(name for name, _ in tools), source, template.tok, vocab, end_token(template))
+
+
+def text_grammar(template, vocab: int) -> LarkGrammar:
+    """A text answer (TEXT_LARK) ending with the end-of-turn token, over a model with its own tokenizer."""
+    return _lark("text", TEXT_LARK, template.tok, vocab, end_token(template))
+
+
+class NoRepeatMatcher:
+    def __init__(self, grammar: "NoRepeat") -> None:
+        self.g, self.inner = grammar, grammar.inner.matcher()
+        self.tokens: list[int] = []
+        self.follows: dict[tuple, set] = {}  # each (n−1)-gram of the reply → the tokens that followed it
+
+    def mask(self) -> torch.Tensor:
+        allowed = self.inner.mask()
+        n = self.g.n
+        if n < 1 or len(self.tokens) < n - 1:
+            return allowed
+        seen = self.follows.get(tuple(self.tokens[len(self.tokens) - n + 1:]))
+        if not seen:
+            return allowed
+        kept = allowed.clone()
+        kept[sorted(seen)] = False
+        return kept if bool(kept.any()) else allowed  # the grammar forces a repeat: it stands
+
+    def consume(self, token: int) -> None:
+        self.inner.consume(token)
+        n = self.g.n
+        self.tokens.append(int(token))
+        if n >= 1 and len(self.tokens) >= n:
+            self.follows.setdefault(tuple(self.tokens[len(self.tokens) - n:-1]), set()).add(int(token))
+
+
+class NoRepeat:
+    """`inner` where no n tokens of the reply repeat (transformers' no_repeat_ngram_size as a mask): a
+    token that would end an n-gram the reply already holds is not allowed, unless the grammar allows
+    nothing else. The mask is a function of the tokens before, as every constraint here."""
+
+    def __init__(self, inner, n: int) -> None:
+        self.inner, self.n, self.end, self.name = inner, n, inner.end, getattr(inner, "name", "")
+
+    def matcher(self) -> NoRepeatMatcher:
+        return NoRepeatMatcher(self)
+
+
+_LARK: dict = {}
+
+
+def _lark(name: str, source: str, tok, vocab: int, end: int) -> LarkGrammar:
+    key = (source, id(tok), vocab, end)
+    if key not in _LARK:  # kept with its tokenizer, whose id is then never reused
+        _LARK[key] = (tok, LarkGrammar(name, source, tok, vocab, end))
+    return _LARK[key][1]
+
+
+def json_bound(schema) -> tuple[int, int]:
+    """(bytes, open): the most bytes a document of `schema` takes as `call_lark` writes it (JSON_STYLE,
+    every property present), leaving out the values the schema does not bound (a string with no
+    maxLength, an integer without both minimum and maximum, a number, an array), and how many of
+    those open values it has."""
+    import json
+
+    if not isinstance(schema, dict):
+        return 0, 1
+    if "enum" in schema:
+        return max(max(len(json.dumps(v)), len(json.dumps(v, ensure_ascii=False).encode()))
+                   for v in schema["enum"]), 0
+    kind = schema.get("type")
+    if kind == "object":
+        props = schema.get("properties") or {}
+        size, opened = 2 + 2 * max(len(props) - 1, 0), 0  # braces, ", " between properties
+        for k, sub in props.items():
+            b, o = json_bound(sub)
+            size, opened = size + len(json.dumps(k, ensure_ascii=False).encode()) + 2 + b, opened + o
+        return size, opened
+    if kind == "string" and isinstance(schema.get("maxLength"), int):
+        return 2 + 4 * schema["maxLength"], 0  # quotes; a character is at most 4 bytes (UTF-8, or a 2-byte escape)
+    if kind == "integer" and isinstance(schema.get("minimum"), int) and isinstance(schema.get("maximum"), int):
+        return max(len(str(schema["minimum"])), len(str(schema["maximum"]))), 0
+    if kind == "boolean":
+        return 5, 0
+    if kind == "null":
+        return 4, 0
+    return 0, 1
+
+
+def call_room(name: str, schema, open_tokens: int) -> int:
+    """The most tokens a call to tool `name` (arguments under `schema`) takes after the call's
+    opening, the end-of-turn token included, where each open value (see `json_bound`) may take
+    `open_tokens`. Every token the grammar allows writes at least one byte, so a bounded schema's
+    bytes bound its tokens (no token of SmolLM2's or recall-tiny's vocabulary but a special one
+    decodes to no bytes, and the grammar allows no special token inside a call): such a call
+    always closes within its room."""
+    from unsee.impl.engine.templates import CALL_ARGUMENTS, CALL_CLOSE
+
+    size, opened = json_bound(closed(schema))
+    return len(name.encode()) + len(CALL_ARGUMENTS) + size + len(CALL_CLOSE) + 1 + opened * open_tokens
 
 
 def json_text(template, tokens) -> str:

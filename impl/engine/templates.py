@@ -12,6 +12,19 @@ PREFIX = {"memory": "Memory: ", "tool": "Tool result: "}
 # What the scaffold prefills before the model writes a tool call or a memory write-back.
 HEADERS = {"reply": "", "plan": '<tool_call>\n{{"name": "{tool}", "arguments": ', "summary": "Facts to remember about the user:"}
 
+# A chat model's tool call in the form Hermes- and Qwen-style ChatML templates give it (SmolLM2's own
+# template has no tools section), as the LangGraph chat model writes it: the call, the closing tag and
+# the end of turn are the model's own turn, `<tool_call>\n{"name": …, "arguments": {…}}\n</tool_call>`.
+# A tool's result is the "tool" block (a user turn, "Tool result: …"): SmolLM2-135M answers it in prose,
+# where after Qwen's `<tool_response>` tags it went on writing tags of its own. The scaffold's own calls
+# (HEADERS["plan"], `unsee run`) keep their form: a store replays its tokens.
+CALL_OPEN, CALL_ARGUMENTS, CALL_CLOSE = '<tool_call>\n{"name": "', '", "arguments": ', "}\n</tool_call>"
+TOOLS_PROMPT = ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+                "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{listing}\n"
+                "</tools>\n\nFor each function call, return a json object with function name and arguments within "
+                "<tool_call></tool_call> XML tags:\n<tool_call>\n"
+                '{{"name": <function-name>, "arguments": <args-json-object>}}\n</tool_call>')
+
 
 class WordTemplate:
     """A word-level tokenizer with ChatML-like markers, for random-weight tiny models."""
@@ -84,6 +97,32 @@ class ChatMLTemplate:
 
     def detokenize(self, ids) -> str:
         return self.tok.decode(list(ids), skip_special_tokens=False)
+
+    def end_of_turn(self):
+        """What follows a turn's text: `<|im_end|>` and the newline before the next `<|im_start|>`."""
+        return self._ids("<|im_end|>\n")
+
+    def call_header(self):
+        """The assistant header and the fixed opening of a tool call, up to the tool's name."""
+        return self._ids(f"<|im_start|>assistant\n{CALL_OPEN}")
+
+    def default_system(self) -> str:
+        """The system message the tokenizer's chat template writes when a conversation has none
+        (SmolLM2's: "You are a helpful AI assistant named SmolLM, …"), or ""."""
+        try:
+            text = self.tok.apply_chat_template([{"role": "user", "content": "\x00"}], tokenize=False)
+        except Exception:  # no chat template, or one that wants other messages
+            return ""
+        head = "<|im_start|>system\n"
+        if not isinstance(text, str) or not text.startswith(head) or "<|im_end|>" not in text:
+            return ""
+        return text[len(head):text.index("<|im_end|>")]
+
+    def tools_block(self, listing: str):
+        """The system block listing the tools (one JSON spec a line), in the Hermes/Qwen ChatML form:
+        the template's own default system message, then the tools."""
+        system = self.default_system()
+        return self.block("system", (system + "\n\n" if system else "") + TOOLS_PROMPT.format(listing=listing))
 
     def unwrap(self, kind: str, ids) -> str:
         """The text of a `block(kind, text)` (its markers and prefix dropped); other ids detokenized whole."""

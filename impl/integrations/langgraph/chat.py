@@ -8,10 +8,14 @@ context, so a replay writes what a fresh thread writes.
 
 Bound with `bind_tools(tools)` (LangChain tools, functions or JSON schemas: names, descriptions
 and argument schemas through `convert_to_openai_tool`), the tool list is a system block in
-front of the conversation, and after a user's message (kind "user") the model writes one tool call: the tool
-chosen among the bound names (a constrained choice, token by token), then its arguments as
-JSON under the tool's schema (`unsee.impl.engine.grammar`, a fixed point like any reply). After
-a tool's result it answers in text, so a ReAct loop ends. `tool_choice="none"` answers at once.
+front of the conversation, and after a user's message (kind "user") the model writes one tool
+call. With a model's own tokenizer the call is its ChatML template's,
+`<tool_call>\n{"name": …, "arguments": {…}}\n</tool_call><|im_end|>`: after the prefilled
+opening one reply under one grammar (`unsee.impl.engine.grammar.call_grammar`: a bound tool's
+name, its JSON arguments under its schema, the closing tag, the end of turn), a fixed point like
+any reply. The tiny word-level models choose the name token by token, then the arguments under
+the byte grammar. After a tool's result it answers in text, so a ReAct loop ends;
+`tool_choice="none"` answers at once. docs/langgraph.md says how long a call and an answer may be.
 
 `deterministic(model)` declares another chat model deterministic: a forget then replays it
 without checking it, and its receipt says the exactness was declared, not checked.
@@ -36,6 +40,9 @@ from unsee.model.session import UnseeError
 EXACTNESS = "unsee_exactness"  # response_metadata key: "checked" (UnseeChatModel) or "declared"
 SALT = {"reply": 0, "plan": 1, "arguments": 2}
 SOURCE, KIND, HIDDEN = "unsee_source", "unsee_kind", "unsee_hidden"  # input message stamps (additional_kwargs)
+MAX_TOKENS = 256  # a text answer's cap under a ChatML template (see UnseeChatModel)
+NO_REPEAT = 4  # under a ChatML template no 4 tokens of a reply repeat (see UnseeChatModel)
+OPEN_TOKENS = 256  # the tokens a call's argument may take where its schema sets no bound (see UnseeChatModel)
 
 
 def kind_of(m: BaseMessage) -> str:
@@ -166,16 +173,26 @@ def openai_tools(tools) -> list[dict]:
 class UnseeChatModel(BaseChatModel):
     """A LangChain chat model whose θ is a transformers model on unsee's KV engine (see the module).
 
-    `max_tokens`: reply length (tokens); `arg_tokens`: the most tokens a call's JSON arguments
-    may take. Greedy by default; `sampling=True` draws from the context with `seed`."""
+    With a model's own tokenizer (SmolLM2, a local folder) a turn follows its ChatML template: a
+    call is `<tool_call>\n{"name": …, "arguments": {…}}\n</tool_call><|im_end|>`, the JSON under
+    the tool's schema, and a text answer ends at the model's `<|im_end|>`, or after `max_tokens`
+    (default 256) tokens. A call closes within the room its schema leaves (`grammar.call_room`):
+    the bytes of its longest document where the schema bounds every value, plus `open_tokens`
+    for each value it leaves open (a string with no maxLength); a call that reaches its room is
+    an invalid tool call that says so. No `no_repeat` tokens of a reply repeat (a mask, like
+    transformers' no_repeat_ngram_size; 0: off). The tiny word-level models write replies of
+    exactly `max_tokens` (default 8) tokens and calls under their byte grammar, which close within
+    the schema's longest document. Greedy by default; `sampling=True` draws from the context
+    with `seed`. Every rule is a function of the tokens before, so a reply is a fixed point."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     context: Any
     sampling: bool = False
     seed: int = 0
-    max_tokens: int = 8
-    arg_tokens: int = 160
+    max_tokens: int | None = None
+    open_tokens: int = OPEN_TOKENS
+    no_repeat: int = NO_REPEAT
 
     @classmethod
     def from_model(cls, name: str = "tiny-llama", dtype: str = "float32", device: str | None = None,
@@ -189,12 +206,21 @@ class UnseeChatModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "unsee-kv"
 
+    @property
+    def _chat(self) -> bool:
+        """The model has its own tokenizer and ChatML template (the tiny models: a word vocabulary)."""
+        return getattr(self.context.template, "tok", None) is not None
+
     def bind_tools(self, tools, *, tool_choice: str | None = None, **kw):
         specs = openai_tools(tools)
         names = [s["function"]["name"] for s in specs]
         if tool_choice not in (None, "auto", "any", "required", "none") and tool_choice not in names:
             raise UnseeError(f"tool_choice {tool_choice!r} is not one of the bound tools {names}")
         self._tools(specs)  # refuse a schema outside the decodable subset now, not at the first call
+        if self._chat:
+            from unsee.impl.engine.grammar import call_grammar
+
+            call_grammar(self.context.template, _schemas(specs), self.context.vocab)  # and one llguidance refuses
         return self.bind(tools=specs, tool_choice=tool_choice, **kw)
 
     def _tools(self, specs) -> list:
@@ -205,21 +231,35 @@ class UnseeChatModel(BaseChatModel):
 
     def tools_block(self, specs) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """The tool list as the system block the chat template puts in front of a conversation."""
-        tok = getattr(self.context.template, "tok", None)
-        listing = "\n".join(json.dumps(s, sort_keys=True) for s in specs)
-        if tok is not None:  # ChatML: SmolLM2's template has no tools section (apply_chat_template drops
-            # `tools=`), so the list is a system block the way Hermes/Qwen-style ChatML templates write it
-            text = ("You are a function calling AI model. You may call one of these functions:\n<tools>\n"
-                    f"{listing}\n</tools>\nFor a call, write <tool_call>\n{{\"name\": <function-name>, "
-                    "\"arguments\": <args-json-object>}")
+        tpl = self.context.template
+        if self._chat:  # SmolLM2's template has no tools section (apply_chat_template drops `tools=`): the
+            # Hermes/Qwen ChatML form, each spec one JSON line in the order its function declares its arguments
+            toks = tuple(tpl.tools_block("\n".join(json.dumps(s) for s in specs)))
         else:  # the tiny models' word-level ChatML: each tool's name, description, arguments and their types
-            text = "tools: " + " ; ".join(
+            toks = tuple(tpl.block("system", "tools: " + " ; ".join(
                 " ".join([s["function"]["name"], s["function"].get("description", ""), "arguments"] +
                          [f"{k} {v.get('type', 'enum')}" for k, v in
                           (s["function"].get("parameters") or {}).get("properties", {}).items()])
-                for s in specs)
-        toks = tuple(self.context.template.block("system", text))
+                for s in specs)))
         return toks, (len(toks),)
+
+    def units(self, messages, specs=()) -> list:
+        """The units (tokens, segments) of the tool block and the messages: the cache `_generate`
+        syncs to. Under a ChatML template the unit after a model turn opens with what its tokens lack
+        of `<|im_end|>\n` (a reply cut at max_tokens has no `<|im_end|>`), as the template renders a
+        conversation."""
+        ctx, tpl = self.context, self.context.template
+        out = [self.tools_block(specs)] if specs else []
+        before = None
+        for m in messages:
+            toks, seg = ctx.render(m)
+            if self._chat and before is not None:
+                close = tuple(tpl.end_of_turn())
+                close = close[1:] if before[-1:] == close[:1] else close
+                toks, seg = close + toks, (len(close) + seg[0],) + tuple(seg[1:])
+            out.append((toks, seg))
+            before = toks if isinstance(m, AIMessage) else None
+        return out
 
     def _draws(self, key: str, purpose: str, n: int):
         return seeded_draws(self.seed, int(key[:8], 16), SALT[purpose], n) if self.sampling else None
@@ -228,54 +268,108 @@ class UnseeChatModel(BaseChatModel):
         ctx = self.context
         specs = kw.get("tools") or []
         choice = kw.get("tool_choice")
-        units = ([self.tools_block(specs)] if specs else []) + [ctx.render(m) for m in messages]
-        key = ctx.sync(units)
+        key = ctx.sync(self.units(messages, specs))
         # a call answers a user's message; after a tool's result (or a system block) the model answers in text
         calling = bool(specs) and choice != "none" and bool(messages) and isinstance(messages[-1], HumanMessage) \
             and kind_of(messages[-1]) == "user"
         if calling:
             msg = self._call(specs, choice, key)
         else:
-            n = int(kw.get("max_tokens") or self.max_tokens)
-            if n < 1:
-                raise UnseeError("a model turn writes at least one token")
-            head = tuple(ctx.template.header("reply"))
-            ctx.engine.prefill(head)
-            replay = REPLAY.get()
-            draft = replay.draft("reply") if replay is not None else None
-            reply, decoded, _ = ctx.engine.fixed_point(n, self._draws(key, "reply", n), draft=draft,
-                                                       exact_rows=ctx.exact_rows)
-            if replay is not None:
-                replay.wrote(decoded)
-            toks, seg = head + tuple(reply), (len(head), len(reply))
-            mid = ctx.push(toks, seg)
-            msg = AIMessage(content=reply_text(ctx.template, reply), id=f"ai-{mid[:16]}",
-                            additional_kwargs={"unsee": {"tokens": list(toks), "segments": list(seg)}},
-                            response_metadata={EXACTNESS: "checked"})
+            msg = self._reply(key, kw.get("max_tokens") or self.max_tokens or (MAX_TOKENS if self._chat else 8))
         ctx.generations += 1
         return ChatResult(generations=[ChatGeneration(message=msg)])
 
+    def _reply(self, key: str, n: int) -> AIMessage:
+        """A text answer: under a ChatML template it ends at `<|im_end|>` or after n tokens (the
+        grammar `text_grammar`: no special token, no tool-call tag); the tiny models write n tokens."""
+        ctx = self.context
+        n = int(n)
+        if n < 1:
+            raise UnseeError("a model turn writes at least one token")
+        head = tuple(ctx.template.header("reply"))
+        ctx.engine.prefill(head)
+        replay = REPLAY.get()
+        draft = replay.draft("reply") if replay is not None else None
+        if self._chat:
+            from unsee.impl.engine.grammar import NoRepeat, text_grammar
+
+            g = NoRepeat(text_grammar(ctx.template, ctx.vocab), self.no_repeat)
+            reply, decoded, _ = ctx.engine.fixed_point_under(n, self._draws(key, "reply", n), draft, g,
+                                                             exact_rows=ctx.exact_rows)
+            text = ctx.template.tok.decode([t for t in reply if t != g.end], clean_up_tokenization_spaces=False)
+        else:
+            reply, decoded, _ = ctx.engine.fixed_point(n, self._draws(key, "reply", n), draft=draft,
+                                                       exact_rows=ctx.exact_rows)
+            text = reply_text(ctx.template, reply)
+        if replay is not None:
+            replay.wrote(decoded)
+        toks, seg = head + tuple(reply), (len(head), len(reply))
+        mid = ctx.push(toks, seg)
+        return AIMessage(content=text, id=f"ai-{mid[:16]}",
+                         additional_kwargs={"unsee": {"tokens": list(toks), "segments": list(seg)}},
+                         response_metadata={EXACTNESS: "checked"})
+
     def _call(self, specs, choice, key: str) -> AIMessage:
-        """One tool call: the tool's name by constrained choice, then its JSON arguments under its schema."""
+        """One tool call (see the class): under a ChatML template one constrained reply after the
+        prefilled `<tool_call>\n{"name": "`; with a tiny model the name by constrained choice, then
+        the JSON arguments under the schema."""
+        tools = self._tools(specs)
+        if choice not in (None, "auto", "any", "required"):
+            tools = [t for t in tools if t.name == choice]
+            specs = [s for s in specs if s["function"]["name"] == choice]
+        if self._chat:
+            return self._chat_call(specs, key)
+        return self._word_call(tools, key)
+
+    def _chat_call(self, specs, key: str) -> AIMessage:
+        from unsee.impl.engine.grammar import NoRepeat, call_grammar, call_room
+        from unsee.impl.engine.templates import CALL_ARGUMENTS, CALL_CLOSE, CALL_OPEN
+
+        ctx, e, tpl = self.context, self.context.engine, self.context.template
+        schemas = _schemas(specs)
+        g = NoRepeat(call_grammar(tpl, schemas, ctx.vocab), self.no_repeat)
+        room = max(call_room(name, schema, self.open_tokens) for name, schema in schemas)
+        head = tuple(tpl.call_header())
+        e.prefill(head)
+        replay = REPLAY.get()
+        draft = replay.draft("call") if replay is not None else None
+        reply, decoded, _ = e.fixed_point_under(room, self._draws(key, "arguments", room), draft, g,
+                                                exact_rows=ctx.exact_rows)
+        if replay is not None:
+            replay.wrote(decoded)
+        toks, segs = head + tuple(reply), [len(head), len(reply)]
+        mid = ctx.push(toks, segs)
+        meta = {"unsee": {"tokens": list(toks), "segments": segs}}
+        text = tpl.tok.decode([t for t in reply if t != g.end], clean_up_tokenization_spaces=False)
+        call_id = f"call-{mid[:16]}"
+        if reply[-1] == g.end:  # the grammar closed: the JSON is a call of a bound tool under its schema
+            call = json.loads(CALL_OPEN[CALL_OPEN.index("{"):] + text[:-len(CALL_CLOSE) + 1])
+            return AIMessage(content="", id=f"ai-{mid[:16]}", additional_kwargs=meta,
+                             response_metadata={EXACTNESS: "checked"},
+                             tool_calls=[{"name": call["name"], "args": call["arguments"], "id": call_id,
+                                          "type": "tool_call"}])
+        name, _, args = text.partition(CALL_ARGUMENTS)
+        limit = dict(schemas).get(name)
+        why = (f"the call did not close within {room} tokens: {self.open_tokens} (open_tokens) for each "
+               "argument its schema leaves unbounded; give the argument a maxLength, or raise open_tokens")
+        return AIMessage(content="", id=f"ai-{mid[:16]}", additional_kwargs=meta,
+                         response_metadata={EXACTNESS: "checked"},
+                         invalid_tool_calls=[{"name": name if limit is not None else None, "args": args, "id": call_id,
+                                              "error": why, "type": "invalid_tool_call"}])
+
+    def _word_call(self, tools, key: str) -> AIMessage:
+        """A tiny model's call: the name word by constrained choice, then the JSON arguments under
+        the byte grammar, which always close within the tool's call_room."""
         import torch
 
         from unsee.impl.engine.grammar import grammar, json_text
 
         ctx, e, tpl = self.context, self.context.engine, self.context.template
-        tools = self._tools(specs)
-        if choice not in (None, "auto", "any", "required"):
-            tools = [t for t in tools if t.name == choice]
-        tok = getattr(tpl, "tok", None)
-        if tok is not None:
-            head, between = ctx.ids('<|im_start|>assistant\n<tool_call>\n{"name": "'), ctx.ids('", "arguments": ')
-            spelled = {t.name: ctx.ids(t.name) for t in tools}
-        else:
-            head, between = tuple(tpl.header("plan")), ()
-            spelled = {t.name: (tpl.word(t.name),) for t in tools}
+        head = tuple(tpl.header("plan"))
+        spelled = {t.name: (tpl.word(t.name),) for t in tools}
         seqs = list(spelled.values())
-        if len(set(seqs)) < len(seqs) or any(a != b and a == b[:len(a)] for a in seqs for b in seqs):
-            raise UnseeError(f"the bound tools' names {sorted(spelled)} are not prefix-free in this tokenizer; "
-                             "rename one so no name's tokens begin another's")
+        if len(set(seqs)) < len(seqs):
+            raise UnseeError(f"the bound tools' names {sorted(spelled)} share a word in this vocabulary; rename one")
         segs = [len(head)]
         e.prefill(head)
         name: tuple[int, ...] = ()
@@ -290,31 +384,35 @@ class UnseeChatModel(BaseChatModel):
             segs.append(1)
             name += (t,)
         tool = next(t for t in tools if spelled[t.name] == name)
-        if between:
-            e.prefill(between)
-            segs.append(len(between))
         g = grammar(tpl, tool, ctx.vocab)
+        room = tool.call_room()
         replay = REPLAY.get()
         draft = replay.draft("call") if replay is not None else None
-        reply, decoded, _ = e.fixed_point_under(self.arg_tokens, self._draws(key, "arguments", self.arg_tokens), draft,
-                                                g, exact_rows=ctx.exact_rows)
+        reply, decoded, _ = e.fixed_point_under(room, self._draws(key, "arguments", room), draft, g,
+                                                exact_rows=ctx.exact_rows)
         if replay is not None:
             replay.wrote(decoded)
         segs.append(len(reply))
-        toks = head + name + between + tuple(reply)
+        toks = head + name + tuple(reply)
         mid = ctx.push(toks, segs)
         text = json_text(tpl, reply)
         meta = {"unsee": {"tokens": list(toks), "segments": segs}}
         call_id = f"call-{mid[:16]}"
-        args = tool.arguments.validate(text)  # None: the arguments did not close within arg_tokens
-        if args is None:
+        args = tool.arguments.validate(text)
+        if args is None:  # not reached: the byte grammar closes every document within call_room
             return AIMessage(content="", id=f"ai-{mid[:16]}", additional_kwargs=meta,
                              invalid_tool_calls=[{"name": tool.name, "args": text, "id": call_id,
-                                                  "error": f"the arguments did not close within {self.arg_tokens} "
-                                                           "tokens", "type": "invalid_tool_call"}],
+                                                  "error": f"the arguments did not close within {room} tokens",
+                                                  "type": "invalid_tool_call"}],
                              response_metadata={EXACTNESS: "checked"})
         return AIMessage(content="", id=f"ai-{mid[:16]}", additional_kwargs=meta, response_metadata={EXACTNESS: "checked"},
                          tool_calls=[{"name": tool.name, "args": args, "id": call_id, "type": "tool_call"}])
+
+
+def _schemas(specs) -> list[tuple[str, dict]]:
+    """(name, argument schema) of each bound tool, properties in the order the function declares them."""
+    return [(s["function"]["name"], s["function"].get("parameters") or {"type": "object", "properties": {}})
+            for s in specs]
 
 
 class DeclaredDeterministic(BaseChatModel):
