@@ -14,7 +14,7 @@ from __future__ import annotations
 
 def __getattr__(name: str):
     if name == "Agent":  # the API for agents that stay up: `from unsee.impl import Agent`
-        from unsee.impl.store.session import Agent
+        from unsee.impl.store.agent import Agent
 
         return Agent
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

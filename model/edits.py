@@ -11,20 +11,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from unsee.model.session import counterfactual_stream, locate_target, make_receipt, provenance_graph, taint_closure
-from unsee.model.state import Block, Meter
+from unsee.model.plan import plan_forget, provenance_graph, taint_closure
+from unsee.model.replay import counterfactual_stream, live_checkpoint, operator_receipt
+from unsee.model.state import Block
 
 
-def finish(s, new, sources, tau, c, meter, taint=(), replayed=(), method: str = "mutant"):
-    """(new session, its receipt) for an operator run on `s` that spliced at boundary `c`."""
-    return new, make_receipt(method, sources, tau, s, new, c, meter, 0.0, taint, (), (), tuple(replayed))
-
-
-def edited(s, r2, sources, tau, taint=()):
-    """A forget that edits the live state in place (no transition of F): log sanitized, R_T replaced."""
+def edited(s, r2, plan, taint=frozenset(), method: str = "edit"):
+    """A forget that edits the live state in place (no transition of F): log sanitized, R_T
+    replaced. Its receipt says it spliced at R_T and ran F zero times; `taint` is what it removed."""
+    sources = plan.sources
     new = replace(s, observations=counterfactual_stream(s.observations, sources),
                   states=s.states[:-1] + (r2,), forgotten=s.forgotten | set(sources))
-    return finish(s, new, sources, tau, s.T, Meter(), taint=taint)
+    return new, operator_receipt(method, replace(plan, checkpoint=live_checkpoint(s), taint=frozenset(taint)), s, new)
 
 
 def without_artifacts(state, drop: set[str], model):
@@ -43,7 +41,8 @@ def without_artifacts(state, drop: set[str], model):
 
 def source_redaction(s, sources):
     """B3: drops z's fields, their prompt blocks and memory records; every derived artifact stays."""
-    arts, tau = locate_target(s, sources)
+    plan = plan_forget(s, sources)
+    arts = plan.carriers
     r = s.state
     direct = set(arts) | {a.id for a in r.artifacts
                           if a.type in ("block", "memory_record") and set(a.parents) & set(arts)
@@ -51,27 +50,27 @@ def source_redaction(s, sources):
     r2 = without_artifacts(r, direct, s.lm)
     r2 = replace(r2, memory=tuple(m for m in r.memory if m[0] not in direct),
                  artifacts=tuple(a for a in r.artifacts if a.id not in direct))
-    return edited(s, r2, sources, tau)
+    return edited(s, r2, plan)
 
 
 def sanitize_without_replay(s, sources):
     """B4: drops z and everything in I(z) (blocks, records, plans, a tainted summary); regenerates nothing."""
-    arts, tau = locate_target(s, sources)
+    plan = plan_forget(s, sources)
     r = s.state
-    taint = taint_closure(provenance_graph(r), arts)
+    taint = taint_closure(provenance_graph(r), plan.carriers)
     r2 = without_artifacts(r, taint, s.lm)
     r2 = replace(r2, memory=tuple(m for m in r.memory if m[0] not in taint),
                  plan=tuple(p for p in r.plan if p.plan not in taint),
                  summary=None if r.summary is not None and any(
                      a.type == "summary" and a.id in taint for a in r.artifacts) else r.summary,
                  artifacts=tuple(a for a in r.artifacts if a.id not in taint))
-    return edited(s, r2, sources, tau, taint)
+    return edited(s, r2, plan, taint)
 
 
 def span_excision(s, sources):
     """Cuts z's prompt blocks out of the transcript and the cache, nothing else."""
-    arts, tau = locate_target(s, sources)
+    plan = plan_forget(s, sources)
     r = s.state
-    spans = {a.id for a in r.artifacts if a.type == "block" and a.parents and a.parents[0] in arts}
+    spans = {a.id for a in r.artifacts if a.type == "block" and a.parents and a.parents[0] in plan.carriers}
     r2 = without_artifacts(r, spans, s.lm)
-    return edited(s, r2, sources, tau)
+    return edited(s, r2, plan)

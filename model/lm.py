@@ -9,6 +9,7 @@ a crop one block too late) changes every later token.
 
 from __future__ import annotations
 
+import hashlib
 import random
 import zlib
 from typing import Any, Protocol
@@ -76,20 +77,14 @@ def decode(kv: tuple[int, ...], n: int, draw_list: list[int | None] | None) -> t
 
 
 class LM(Protocol):
-    """θ behind the transition F: what `unsee.model.state.step` asks of a language model.
+    """θ behind the transition F: what `unsee.model.state.step` and Algorithm 1 ask of a language
+    model. `kv` is the model's cache handle (a value here; an engine's reference to its resident
+    cache in `unsee.impl.engine`).
 
-    `kv` is the model's cache handle (a value here, a reference to a resident cache in
-    `unsee.impl.engine.lm.TorchLM`). The fast path is an argument, never a setting: `reuse` (a
-    prefix cache from `prefix_cache`, B5′) applies to the one call that passes it.
-    Optional: `kv_length(kv)`, the context tokens a cache holds; where a model has it, `restore`
-    checks a restored cache against the checkpoint's context.
-
-    `decode` is a model turn: the header `head` (a prompt the turn opens with) then the reply. It
-    returns (reply, kv, tokens computed by forwards of their own: decoding, drafting; tokens of
-    the turn pushed through a prefill besides the header's prompt: a checked draft, the final
-    check of a decoded reply). An LM that returns only the first three has no such prefills.
-    Optional: `decode_cost(n, head)`, the tokens a turn of an n-token reply after a header of
-    `head` tokens costs without a draft (both counts, the header's prompt apart); without it, n."""
+    `decode` is a model turn: the header `head` (a prompt the turn opens with) then the reply of n
+    tokens (at most n under a `constraint` from `grammar`); it returns (reply, kv). `rebuild` brings
+    back the cache of a recorded context on the canonical schedule; `select` keeps the cache rows
+    at the given positions (what the in-place edits of `unsee.model.edits` do)."""
 
     name: str
 
@@ -98,17 +93,12 @@ class LM(Protocol):
     def grammar(self, tool) -> Any: ...
     def json_text(self, tokens) -> str: ...
     def empty(self) -> Any: ...
-    def prefill(self, kv: Any, tokens, logits: bool = False, reuse: Any = None) -> Any: ...
-    def reuses(self, kv: Any, tokens, reuse: Any) -> bool: ...
-    def decode(self, kv: Any, n: int, draw_list, hint=None, constraint=None, head=()
-               ) -> tuple[tuple[int, ...], Any, int, int]: ...
+    def prefill(self, kv: Any, tokens) -> Any: ...
+    def decode(self, kv: Any, n: int, draw_list, constraint=None, head=()) -> tuple[tuple[int, ...], Any]: ...
     def crop(self, kv: Any, n: int) -> Any: ...
+    def kv_length(self, kv: Any) -> int: ...
     def resident(self, kv: Any) -> bool: ...
-    def rebuild(self, tokens, blocks) -> tuple[Any, int]: ...
-    def prefix_cache(self, kv: Any, tokens) -> Any: ...
-    def snapshot(self, kv: Any) -> Any: ...
-    def graft(self, kv: Any, old: Any) -> Any: ...
-    def after_step(self, state) -> None: ...
+    def rebuild(self, tokens, blocks) -> Any: ...
     def select(self, kv: Any, positions) -> Any: ...
     def kv_digest(self, kv: Any) -> str: ...
 
@@ -124,46 +114,34 @@ def masked_token(kv: tuple[int, ...], allowed, draw: int | None) -> int:
     return ranked[0] if draw is None else ranked[draw % min(4, len(ranked))]
 
 
-def constrained(kv, n: int, draw_list, hint, schema):
+def constrained(kv, n: int, draw_list, schema):
     """A reply of at most n tokens whose bytes are a JSON document of `schema`, then END.
 
     Token i is the choice among the tokens the matcher allows after tokens 0..i−1, so the mask is a
-    function of the reply so far and the reply is still the unique fixed point of the choices. A
-    draft (`hint`) is checked token by token against those choices and decoding resumes at the
-    first disagreement. Returns (tokens, kv, tokens decoded one forward at a time, draft tokens
-    extended as they were checked)."""
+    function of the reply so far and the reply is still the unique fixed point of the choices.
+    Returns (tokens, kv)."""
     m = schema.matcher()
     out: list[int] = []
-    decoded = verified = 0
-    draft = list(hint) if hint is not None else []
     while len(out) < n:
         allowed = [ord(c) for c in m.allowed()] + ([END] if m.complete() else [])
         tok = masked_token(kv, allowed, None if draw_list is None else draw_list[len(out)])
-        if len(out) < len(draft) and draft[len(out)] == tok:
-            verified += 1
-        else:
-            draft, decoded = [], decoded + 1
         out.append(tok)
         kv = extend(kv, (tok,))
         if tok == END:
             break
         m.consume(chr(tok))
-    return tuple(out), kv, decoded, verified
+    return tuple(out), kv
 
 
 class ReferenceLM:
     """The reference model behind the `LM` interface that `step` uses.
 
-    The same interface is implemented over a transformers model by `unsee.impl.engine.lm.TorchLM`;
-    the scaffold (agent semantics and provenance) is shared, the model is what differs.
-    kv here is the tuple of prefix hashes, an immutable value, and the model holds no state.
-    """
+    The same interface is implemented over a transformers model by the engine
+    (`unsee.impl.engine`); the scaffold (agent semantics and provenance) is shared, the model is
+    what differs. kv here is the tuple of prefix hashes, an immutable value, and the model holds
+    no state."""
 
     name = "reference"
-
-    def prefix_cache(self, kv, tokens):
-        """B5′: the resident cache `kv` of `tokens`, for `prefill(reuse=...)`."""
-        return (tuple(tokens), kv)
 
     def encode(self, kind: str, text: str) -> tuple[int, ...]:
         return tokenize(text)
@@ -182,52 +160,17 @@ class ReferenceLM:
     def empty(self) -> tuple[int, ...]:
         return ()
 
-    def prefill(self, kv, tokens, logits: bool = False, reuse=None):
-        """`reuse`: a prefix cache (`prefix_cache`); a block whose tokens continue its
-        byte-identical prefix takes its entries instead of computing them."""
-        n, tokens = len(kv), tuple(tokens)
-        if not logits and self.reuses(kv, tokens, reuse):
-            return reuse[1][:n + len(tokens)]
-        return extend(kv, tokens)
+    def prefill(self, kv, tokens):
+        return extend(kv, tuple(tokens))
 
-    def reuses(self, kv, tokens, reuse) -> bool:
-        """Would `prefill(kv, tokens, reuse=reuse)` take the block's entries from the prefix
-        cache (no compute)? Yes when the block continues its byte-identical prefix at kv's end."""
-        n, tokens = len(kv), tuple(tokens)
-        return bool(reuse) and bool(tokens) and reuse[0][:n + len(tokens)] == reuse[0][:n] + tokens \
-            and reuse[1][:n] == kv
-
-    def decode(self, kv, n: int, draw_list, hint=None, constraint=None, head=()):
+    def decode(self, kv, n: int, draw_list, constraint=None, head=()):
         """F's model turn: the header `head` prefilled, then the reply: n tokens, each the choice
-        after the context and the tokens before it.
-        Returns (tokens, kv, tokens decoded one forward at a time, tokens verified: the draft's
-        tokens extended as they were checked).
-
-        `hint` (a recorded reply) is a draft: every token of it is checked against the choice
-        the context makes, and only from the first disagreement on is the rest decoded. The
-        answer does not depend on the hint (the reply is the unique fixed point), only its cost.
-        Here a prefill and a decode give the same bits, so the check is exact token by token.
-        `constraint` (from `grammar`): decode at most n tokens of JSON under a schema (see
-        `constrained`)."""
+        after the context and the tokens before it (at most n under `constraint`, see `constrained`).
+        Returns (tokens, kv)."""
         kv = extend(kv, tuple(head))
         if constraint is not None:
-            return constrained(kv, n, draw_list, hint, constraint)
-        if n == 0:
-            return (), kv, 0, 0
-        k = 0
-        if hint is not None and len(hint) == n:
-            while k < n and next_token(kv, None if draw_list is None else draw_list[k]) == hint[k]:
-                kv = extend(kv, (hint[k],))
-                k += 1
-        if k == n:
-            return tuple(hint), kv, 0, n
-        rest, kv = decode(kv, n - k, None if draw_list is None else draw_list[k:])
-        return (tuple(hint[:k]) if k else ()) + rest, kv, n - k, k
-
-    def decode_cost(self, n: int, head: int = 0) -> int:
-        """Decoding n tokens without a draft: n one-token extends (a checked draft costs the same;
-        the header is one prefill either way)."""
-        return n
+            return constrained(kv, n, draw_list, constraint)
+        return decode(kv, n, draw_list)
 
     def crop(self, kv, n: int):
         return kv[:n]
@@ -240,29 +183,14 @@ class ReferenceLM:
         return kv is not None  # a value is at hand unless a store left it out
 
     def rebuild(self, tokens, blocks):
-        """Re-materialize a cache from recorded tokens on the canonical schedule (here one extend).
-        Returns (kv, tokens computed): the reference keeps no pages, so it computes them all."""
-        return extend((), tuple(tokens)), len(tokens)
-
-    def snapshot(self, kv):
-        """A copy of a cache, for the post-τ-cache mutant (specs.mutants) to graft back."""
-        return kv
-
-    def graft(self, kv, old):
-        """The mutant's mistake: the first min(len) rows taken from a snapshot `old`."""
-        n = min(len(old), len(kv))
-        return old[:n] + kv[n:]
-
-    def after_step(self, state) -> None:
-        """Called with each new state R_t; a real engine persists the K/V it computed."""
+        """The cache of recorded tokens on the canonical schedule (here one extend)."""
+        return extend((), tuple(tokens))
 
     def select(self, kv, positions):
         return tuple(kv[i] for i in positions)
 
     def kv_digest(self, kv) -> str:
-        import hashlib
-
         return hashlib.sha256(repr(kv).encode()).hexdigest()[:16]
 
 
-REFERENCE = ReferenceLM()  # stateless: every fast path is an argument of the call that uses it
+REFERENCE = ReferenceLM()  # stateless: every call is a function of its arguments

@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import operator
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import InitVar, dataclass, field, fields, replace
 from typing import Any
 
 from unsee.model import lm
@@ -114,7 +114,12 @@ class Observation:
 
 @dataclass(frozen=True)
 class Artifact:
-    """The provenance tuple (id, type, parents, source_ids, token_span, turn, committed)."""
+    """The provenance tuple (id, type, parents, source_ids, token_span, turn, committed).
+
+    `delta` (given when it is made, not part of the tuple: never compared, copied or replaced) is
+    how `source_ids` was made from the parents it was made with: (those parent artifacts, ids
+    added, ids dropped), kept as `known_delta` so that digesting a graph need not compare source
+    sets (see `artifact_delta`). `replace` makes an artifact without it."""
 
     id: str
     type: str
@@ -123,18 +128,21 @@ class Artifact:
     token_span: tuple[int, int] | None
     turn: int
     committed: bool = False
+    delta: InitVar[tuple | None] = None
 
-    # (parents, added, dropped): the source delta relative to exactly those parent objects,
-    # where its maker knows it (see `artifact_delta`). Not a field: `replace` drops it.
     known_delta = None
 
+    def __post_init__(self, delta) -> None:
+        if delta is not None:
+            object.__setattr__(self, "known_delta", delta)  # frozen: the one attribute set after __init__
+
     def __reduce__(self):
-        """Copies and pickles are the provenance tuple alone: `known_delta` is a cache, and
-        following its parents would copy the artifact's whole ancestry."""
+        """Copies and pickles are the provenance tuple alone: `known_delta` refers to the parent
+        artifacts, and following them would copy the artifact's whole ancestry."""
         return Artifact, provenance(self)
 
 
-provenance = operator.attrgetter(*(f.name for f in fields(Artifact)))  # an artifact's fields, in order
+provenance = operator.attrgetter(*(f.name for f in fields(Artifact) if f.compare))  # the provenance tuple, in order
 
 
 @dataclass(frozen=True)
@@ -291,11 +299,8 @@ class _Lookup:
 class _Turn:
     """Accumulates one transition's outputs; `freeze` returns the new State."""
 
-    def __init__(self, state: State, turn: int, model, hints=None, reuse=None,
-                 credit: int | None = None) -> None:
+    def __init__(self, state: State, turn: int, model) -> None:
         self.lm = model
-        self.hints = list(hints or ())  # a recorded run's replies, in decode order: drafts only
-        self.reuse = reuse  # B5′'s prefix cache, or None
         self.s = state
         self.turn = turn
         self.tokens = list(state.tokens)
@@ -309,21 +314,13 @@ class _Turn:
         self.counter = 0
         self.outputs: list[tuple[int, ...]] = []
         self.inputs: tuple[str, ...] = ()
-        self.prefilled = 0
-        self.reused = 0  # block tokens taken from B5′'s prefix cache
-        self.decoded = 0
-        self.verified = 0  # reply tokens pushed through a prefill (a draft's check, a decoded reply's)
-        self.credit = credit  # tokens drafts may still waste (None: no bound)
-        self.replies = 0  # decodes of at least one token
-        self.skipped = 0  # of which the draft was F's reply: no token decoded
         self.pending = 0  # prompt blocks at the end of `blocks` not computed yet: the next model turn's
 
     def field(self, kind: str, part: Part) -> str:
         """A recorded observation field: an input, so it has no parents."""
         self.counter += 1
         aid = f"t{self.turn}.{self.counter}.{kind}"
-        a = Artifact(aid, kind, (), frozenset({part.source}), None, self.turn)
-        object.__setattr__(a, "known_delta", ((), (part.source,), ()))
+        a = Artifact(aid, kind, (), frozenset({part.source}), None, self.turn, delta=((), (part.source,), ()))
         self.artifacts.append(a)
         self.by_id[aid] = a
         return aid
@@ -340,8 +337,8 @@ class _Turn:
         of = tuple(self.by_id[p] for p in parents)
         for p in of:
             src |= p.source_ids  # oracle source-ID propagation
-        a = Artifact(aid, type_, parents, frozenset(src), span, self.turn, committed)
-        object.__setattr__(a, "known_delta", (of, (), ()))  # the parents' union, by construction
+        a = Artifact(aid, type_, parents, frozenset(src), span, self.turn, committed,
+                     delta=(of, (), ()))  # the parents' union, by construction
         self.artifacts.append(a)
         self.by_id[aid] = a
         return aid
@@ -365,12 +362,7 @@ class _Turn:
     def flush(self) -> None:
         """Compute the pending prompt blocks, each as a forward of its own (no model turn follows)."""
         for blk in self.blocks[len(self.blocks) - self.pending:]:
-            tokens = self.tokens[blk.start:blk.end]
-            if self.reuse is not None and self.lm.reuses(self.kv, tokens, self.reuse):
-                self.reused += len(tokens)  # B5′: the prefix cache's rows, no compute
-            else:
-                self.prefilled += len(tokens)
-            self.kv = self.lm.prefill(self.kv, tokens, reuse=self.reuse)
+            self.kv = self.lm.prefill(self.kv, self.tokens[blk.start:blk.end])
         self.pending = 0
 
     def join(self) -> list[int]:
@@ -391,28 +383,12 @@ class _Turn:
         start = len(self.tokens)
         head = self.lm.header(type_, None if tool is None else tool.name)
         prompt = tuple(self.join()) + tuple(head)  # the turn's forward: its prompt blocks, its header
-        hint = self.hints.pop(0) if self.hints else None
         constraint = None if tool is None else self.lm.grammar(tool)
-        size = 0 if hint is None else len(hint)  # a call's reply may end before n: its draft may too
-        drafting = n > 0 and (size == n if constraint is None else 0 < size <= n)
-        if drafting and self.credit is not None and self.credit < size:
-            hint, drafting = None, False  # a rejected draft could cost more than drafts have saved
-        res = self.lm.decode(self.kv, n, draw, hint, constraint=constraint, head=prompt)
-        out, self.kv, decoded = res[:3]
-        verified = res[3] if len(res) > 3 else 0
-        if drafting and self.credit is not None:  # what the draft saved (or cost) against decoding
-            cost = getattr(self.lm, "decode_cost", None)
-            self.credit += (size if cost is None else cost(size, len(prompt))) - decoded - verified
+        out, self.kv = self.lm.decode(self.kv, n, draw, constraint=constraint, head=prompt)
         self.outputs.append(out)
         aid = self.artifact(type_, self.last_block(), span=(start, start + len(head) + len(out)))
         self.tokens.extend(head + out)
         self.blocks.append(Block(aid, "assistant", start, len(self.tokens), len(head)))
-        self.prefilled += len(prompt)
-        self.decoded += decoded
-        self.verified += verified
-        if n:
-            self.replies += 1
-            self.skipped += hint is not None and decoded == 0 and out == tuple(hint)
         return aid, out
 
     def freeze(self, **changes) -> State:
@@ -431,40 +407,9 @@ class _Turn:
         )
 
 
-@dataclass
-class Meter:
-    """Work counters for one operator run. transitions counts invocations of F."""
-
-    transitions: int = 0
-    tokens_prefilled: int = 0
-    tokens_decoded: int = 0  # drafting: tokens fed through the model one per forward, a header alone
-    tokens_verified: int = 0  # a model turn's prefills past its header's first: the reply's check (its K/V)
-    tokens_rematerialized: int = 0  # restore: context rows recomputed from the recorded tokens
-    tokens_restored: int = 0  # restore: context rows read back (K/V pages), no compute
-    tokens_reused: int = 0  # B5′: prompt-block rows taken from the prefix cache, no compute
-    replies: int = 0  # model turns decoded (replies, plans, summaries)
-    replies_skipped: int = 0  # of which a recorded draft was F's reply: one prefill, no decoding
-    # Tokens recorded drafts may still waste: a draft of n tokens is tried only while this is at
-    # least n, and each draft adds what it saved against decoding (negative when it was rejected).
-    # None: no bound. B7 starts it at what its restore saved against a full reset.
-    draft_credit: int | None = None
-
-    @property
-    def tokens_computed(self) -> int:
-        """Every token some forward computed: prompt blocks, decoding, verification, re-materializing."""
-        return self.tokens_prefilled + self.tokens_decoded + self.tokens_verified + self.tokens_rematerialized
-
-
-def step(state: State, obs: Observation, meter: Meter | None = None, model: lm.LM = lm.REFERENCE, hints=None,
-         reuse=None) -> State:
-    """F(R_{t-1}, o_t; θ) → R_t (Eq. 1). `model` is θ: the reference LM unless a real one is given.
-
-    `hints`: the replies a recorded run of this transition produced, as drafts. F's result does
-    not depend on them (each reply is the unique fixed point of the model's choices); a draft
-    that is already that fixed point is accepted after one check instead of being decoded. A
-    meter's `draft_credit` bounds what rejected drafts may cost (see `Meter`).
-    `reuse` is the fast path of `LM.prefill` (B5′'s prefix cache), for this transition only."""
-    b = _Turn(state, state.turn + 1, model, hints, reuse, None if meter is None else meter.draft_credit)
+def step(state: State, obs: Observation, model: lm.LM = lm.REFERENCE) -> State:
+    """F(R_{t-1}, o_t; θ) → R_t (Eq. 1). `model` is θ: the reference LM unless a real one is given."""
+    b = _Turn(state, state.turn + 1, model)
     fields = [b.field(obs.kind, part) for part in obs.visible]
     b.inputs = tuple(fields) + b.last_block()
     commit_pending(b, state.plan)
@@ -479,15 +424,6 @@ def step(state: State, obs: Observation, meter: Meter | None = None, model: lm.L
     if obs.compact:
         summary = compact(b)
     b.flush()  # prompt blocks no model turn of this transition computed
-    if meter is not None:
-        meter.transitions += 1
-        meter.tokens_prefilled += b.prefilled
-        meter.tokens_reused += b.reused
-        meter.tokens_decoded += b.decoded
-        meter.tokens_verified += b.verified
-        meter.draft_credit = b.credit
-        meter.replies += b.replies
-        meter.replies_skipped += b.skipped
     return b.freeze(plan=plan, summary=summary)
 
 
@@ -538,9 +474,8 @@ def compact(b: _Turn) -> tuple[int, ...]:
     b.blocks = keep + [Block(sid, "summary", start, start + n, n)]
     b.tokens = tokens + list(summary)
     # rebuilt cache: the old one is not resident any more. An engine may keep the leading
-    # system blocks' rows (same tokens at the same positions: same bits) and count only what it computed.
-    b.kv, computed = b.lm.rebuild(b.tokens, b.blocks)
-    b.prefilled += computed
+    # system blocks' rows (same tokens at the same positions: same bits).
+    b.kv = b.lm.rebuild(b.tokens, b.blocks)
     rec = b.artifact("memory_record", (sid,))  # summary write-back
     b.memory.append((rec, summary))
     return summary

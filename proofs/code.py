@@ -5,7 +5,7 @@ Python that Algorithm 1 executes. Each entry of PROOFS puts one function of `uns
 under a contract written from the paper's definitions (never by calling the function again):
 
   first_entry        τ: the first step whose observation removing z changes (z ∈ o_τ, or a span
-                     standing instead of z), located by `locate_target` (first_entry on the
+                     standing instead of z), located by `plan_forget` (first_entry on the
                      provenance graph a recorded session produced, and the log's spans);
   sanitize           o \\ {z}: no span of z is left, every other span kept verbatim (A2);
   Observation.without  the same contract on the method sanitize and o^{-z} call;
@@ -45,20 +45,10 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from unsee.model.session import (
-    Checkpoint,
-    choose_checkpoint,
-    locate_source,
-    locate_target,
-    provenance_graph,
-    replay_tools,
-    restore,
-    run,
-    sanitize,
-    suffix_closure,
-    taint_closure,
-)
-from unsee.model.state import Artifact, Config, LedgerEntry, Meter, Observation, Part, State
+from unsee.model.plan import (Checkpoint, Witness, choose_checkpoint, locate_source, plan_forget, provenance_graph,
+                              replay_tools, suffix_closure, taint_closure)
+from unsee.model.replay import restore, run, sanitize
+from unsee.model.state import Artifact, Config, LedgerEntry, Observation, Part, State
 
 EXHAUSTED, NO_COUNTEREXAMPLE, COUNTEREXAMPLE = "exhausted", "no counterexample", "counterexample"
 VACUOUS, ERROR = "vacuous", "error"
@@ -108,13 +98,14 @@ def located_tau(entries: tuple[int, ...]) -> int:
     pre: tau_pre(entries)
     post: tau_post(entries, __return__)
     """
-    return locate_target(run(entry_stream(entries)), (Z,))[1]
+    return plan_forget(run(entry_stream(entries)), (Z,)).tau
 
 
-def broken_first_entry(s, source_artifacts) -> int:
+def broken_first_entry(s, carriers, sources):
     """first_entry taking the last entry of z instead of the first."""
     by_id = {a.id: a for a in s.state.artifacts}
-    return max(by_id[a].turn for a in source_artifacts)
+    last = max((by_id[a] for a in carriers), key=lambda a: a.turn)
+    return last.turn, Witness(last.turn, min(last.source_ids), "entered")
 
 
 def located_tau_broken(entries: tuple[int, ...]) -> int:
@@ -123,7 +114,7 @@ def located_tau_broken(entries: tuple[int, ...]) -> int:
     post: tau_post(entries, __return__)
     """
     s = run(entry_stream(entries))
-    return broken_first_entry(s, locate_source(s, Z))
+    return broken_first_entry(s, locate_source(s, Z), (Z,))[0]
 
 
 # --- o \ {z}: sanitize (line 7) ----------------------------------------------------------
@@ -402,10 +393,10 @@ def restored_states(shape: tuple[int, ...]):
     post: restore_post(__return__)
     """
     s = run([TEMPLATES[k] for k in shape])
-    return s, tuple(restore(s, c, Meter()) for c in s.checkpoints)
+    return s, tuple(restore(s, c) for c in s.checkpoints)
 
 
-def broken_restore(s, c: Checkpoint, meter: Meter) -> State:
+def broken_restore(s, c: Checkpoint) -> State:
     """restore whose crop keeps the cache one manifest block short, the tokens right, and without
     restore's own checks (the non-cache layers against R_boundary, the cache's length against
     the context's): only the contract can see it."""
@@ -417,8 +408,7 @@ def broken_restore(s, c: Checkpoint, meter: Meter) -> State:
         tokens, kv = live.tokens[: c.token_offset], s.lm.crop(live.kv, short)
     else:
         tokens = stored.tokens
-        kv, computed = s.lm.rebuild(tokens, stored.blocks)
-        meter.tokens_rematerialized += computed
+        kv = s.lm.rebuild(tokens, stored.blocks)
     return replace(stored, tokens=tokens, kv=kv, env=env)
 
 
@@ -428,7 +418,7 @@ def restored_states_broken(shape: tuple[int, ...]):
     post: restore_post(__return__)
     """
     s = run([TEMPLATES[k] for k in shape])
-    return s, tuple(broken_restore(s, c, Meter()) for c in s.checkpoints)
+    return s, tuple(broken_restore(s, c) for c in s.checkpoints)
 
 
 # --- the table and the runner ------------------------------------------------------------
@@ -446,12 +436,12 @@ class CodeProof:
 
 
 PROOFS = (
-    CodeProof("unsee.model.session.first_entry", tau_post.__doc__,
+    CodeProof("unsee.model.plan.first_entry", tau_post.__doc__,
               "every recorded stream of ≤ 3 steps, z absent, entering, hidden or replaced by a span standing instead "
-              "of it at each (through run, locate_target)",
+              "of it at each (through run, plan_forget)",
               located_tau, located_tau_broken, broken_first_entry.__doc__, 200,
               ((ABSENT, ENTERS),)),
-    CodeProof("unsee.model.session.sanitize", sanitize_post.__doc__,
+    CodeProof("unsee.model.replay.sanitize", sanitize_post.__doc__,
               "≤ 3 spans, each from z or another source, standing instead of the other or of none; "
               "any reply length, compact or not",
               sanitized, sanitized_broken, broken_sanitize.__doc__, 250, ((0, 1), (-1, 0), 0, False)),
@@ -459,23 +449,23 @@ PROOFS = (
               "≤ 3 spans, each from z or another source, standing instead of the other or of none; "
               "any reply length, compact or not; Z = {z}",
               withheld, withheld_broken, broken_sanitize.__doc__, 250, ((0, 1), (-1, 0), 0, False)),
-    CodeProof("unsee.model.session.replay_tools", tools_post.__doc__,
+    CodeProof("unsee.model.plan.replay_tools", tools_post.__doc__,
               "≤ 2 committed and ≤ 2 counterfactual calls, ids < 3 (distinct within each), 2 tools, 2 arguments",
               recognised, recognised_broken, broken_replay_tools.__doc__, 150,
               (((0, 0, 0),), ((0, 0, 1),))),
-    CodeProof("unsee.model.session.taint_closure", closure_post.__doc__,
+    CodeProof("unsee.model.plan.taint_closure", closure_post.__doc__,
               "every DAG on ≤ 3 artifacts, every set of parentless sources (through provenance_graph)",
               tainted, tainted_broken, broken_taint_closure.__doc__, 150,
               (((), (True,)), (True, False))),
-    CodeProof("unsee.model.session.suffix_closure", closure_post.__doc__,
+    CodeProof("unsee.model.plan.suffix_closure", closure_post.__doc__,
               "every DAG on ≤ 3 artifacts, every set of parentless sources (the one pass B7 runs)",
               tainted_one_pass, tainted_one_pass_broken, broken_suffix_closure.__doc__, 150,
               (((), (True,)), (True, False))),
-    CodeProof("unsee.model.session.choose_checkpoint", checkpoint_post.__doc__,
+    CodeProof("unsee.model.plan.choose_checkpoint", checkpoint_post.__doc__,
               "≤ 4 checkpoints at any boundaries ≥ 0, any τ ≥ 1 with one before it",
               chosen_boundary, chosen_boundary_broken, broken_choose_checkpoint.__doc__, 150,
               ((0, 1), 2)),
-    CodeProof("unsee.model.session.restore", restore_post.__doc__,
+    CodeProof("unsee.model.replay.restore", restore_post.__doc__,
               "every checkpoint of every recorded session of ≤ 2 observations (reply, memory, send, compact)",
               restored_states, restored_states_broken, broken_restore.__doc__, 100, ((0,),)),
 )

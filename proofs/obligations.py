@@ -21,7 +21,7 @@ below is true merely because the real and counterfactual trajectories were built
 term.
 
 Each symbol is a function of `unsee.model`: F is `step`, without is `Observation.without`,
-sanitize is `sanitize`, has and τ are `locate_target`, reachability is `taint_closure`, c* is
+sanitize is `sanitize`, has and τ are `plan_forget`, reachability is `taint_closure`, c* is
 `choose_checkpoint`, restoring is `restore`, recognising a committed call is `replay_tools`.
 TIES_OF names, for each obligation, the code ties (`unsee.proofs.ties`) that check those
 functions against the facts assumed of them, on every input within a small bound; a tie
@@ -48,7 +48,7 @@ O = z3.DeclareSort("O")
 F = z3.Function("F", R, O, R)
 R_INIT = z3.Const("R_init", R)
 WITHOUT = z3.Function("without_Z", O, O)  # o ∖ Z, the definition (Observation.without)
-SANITIZE = z3.Function("sanitize", O, O)  # Algorithm 1, line 7 (model.session.sanitize)
+SANITIZE = z3.Function("sanitize", O, O)  # Algorithm 1, line 7 (model.replay.sanitize)
 
 
 def worlds(T: int, tau: int):
@@ -367,7 +367,8 @@ def lemma2_taint_queries(max_steps: int) -> Result:
     only solution, so 'reach = the closure' is valid iff the closure is right. Assumptions
     baked in: the sessions of `taint_session` (fixed shapes; every small graph is the tie
     `closure`, random sessions on both runtimes the refinement tests)."""
-    from unsee.model.session import locate_source, provenance_graph, run, suffix_closure, taint_closure
+    from unsee.model.plan import locate_source, provenance_graph, suffix_closure, taint_closure
+    from unsee.model.replay import run
 
     t0 = time.perf_counter()
     parts = []
@@ -528,7 +529,7 @@ def a3_compensation(max_steps: int) -> Result:
     Encoding: calls are triples of integers (id, tool, argument); ids are distinct within a
     ledger; every pair of a committed list and a counterfactual list of ≤ A3_CALLS calls.
     Assumptions baked in: the recognition rule (replay_tools, tie `replay_tools`) and the list
-    of committed calls absent from the counterfactual (replay_suffix)."""
+    of committed calls absent from the counterfactual (compensation)."""
     t0 = time.perf_counter()
     parts = []
     for nw in range(A3_CALLS + 1):

@@ -152,7 +152,7 @@ def entry_streams(max_steps: int = 4):
 
 def check_without() -> tuple[int, str | None]:
     """Observation.without, sanitize and counterfactual_stream against o ∖ Z."""
-    from unsee.model.session import counterfactual_stream, sanitize
+    from unsee.model.replay import counterfactual_stream, sanitize
 
     n = 0
     for o in small_observations():
@@ -169,9 +169,10 @@ def check_without() -> tuple[int, str | None]:
 
 
 def check_first_entry() -> tuple[int, str | None]:
-    """locate_target (locate_source, first_entry): τ = min{t : has_Z(o_t)} on every stream in
+    """plan_forget (locate_source, first_entry): τ = min{t : has_Z(o_t)} on every stream in
     which a target enters (parts standing instead of z, or z shown only without y, included)."""
-    from unsee.model.session import locate_target, run
+    from unsee.model.plan import plan_forget
+    from unsee.model.replay import run
 
     n = 0
     for pats in entry_streams():
@@ -181,7 +182,7 @@ def check_first_entry() -> tuple[int, str | None]:
                 continue  # every target must enter (a forget of a source never seen is refused)
             n += 1
             want = min(t for t, o in enumerate(obs, 1) if has(o, zs))
-            got, err = _call(lambda: locate_target(run(obs), zs)[1])
+            got, err = _call(lambda: plan_forget(run(obs), zs).tau)
             if err or got != want:
                 return n, f"stream {list(pats)}, forget {list(zs)}: τ = {err or got}, first t with has_Z(o_t) = {want}"
     return n, None
@@ -206,7 +207,7 @@ def dag_states(max_nodes: int = 4):
 
 def check_closure() -> tuple[int, str | None]:
     """taint_closure (on provenance_graph) and suffix_closure against reachability."""
-    from unsee.model.session import provenance_graph, suffix_closure, taint_closure
+    from unsee.model.plan import provenance_graph, suffix_closure, taint_closure
 
     n = 0
     for state, edges, seeds in dag_states():
@@ -227,7 +228,7 @@ def recorded_sessions(max_steps: int = 3):
     """Every session of ≤ max_steps observations drawn from code.TEMPLATES (a reply, a memory
     record of z, a consequential call, a compaction), under both checkpoint policies that keep
     more than R_0."""
-    from unsee.model.session import run
+    from unsee.model.replay import run
     from unsee.proofs.code import TEMPLATES as templates
 
     for n in range(1, max_steps + 1):
@@ -256,7 +257,7 @@ def check_boundary() -> tuple[int, str | None]:
 def check_checkpoint() -> tuple[int, str | None]:
     """choose_checkpoint = argmax{c ∈ C : boundary(c) < τ}, for every C ⊆ {0..5} ∋ 0 (in either
     order) and every τ ≤ 6."""
-    from unsee.model.session import choose_checkpoint
+    from unsee.model.plan import choose_checkpoint
     from unsee.proofs.code import checkpoints_at
 
     n = 0
@@ -273,14 +274,13 @@ def check_checkpoint() -> tuple[int, str | None]:
 
 def check_restore() -> tuple[int, str | None]:
     """restore(c) = R_boundary(c), every layer and the cache, at every checkpoint of every session."""
-    from unsee.model.session import restore
-    from unsee.model.state import Meter
+    from unsee.model.replay import restore
 
     n = 0
     for shape, policy, s in recorded_sessions():
         for c in s.checkpoints:
             n += 1
-            got, err = _call(restore, s, c, Meter())
+            got, err = _call(restore, s, c)
             if err or got != s.states[c.boundary]:
                 diff = err or [f for f in ("tokens", "kv", "blocks", "memory", "env", "ledger", "artifacts", "plan")
                                if getattr(got, f) != getattr(s.states[c.boundary], f)]
@@ -291,7 +291,7 @@ def check_restore() -> tuple[int, str | None]:
 def check_replay() -> tuple[int, str | None]:
     """selective_replay feeds F õ_t = o_t ∖ Z for t = c*+1..T, one invocation each, and its result
     is the twin's (the run on o ∖ Z): on every entry stream of ≤ 3 steps."""
-    from unsee.model.session import run, selective_replay
+    from unsee.model.replay import run, selective_replay
 
     n = 0
     for pats in entry_streams(3):
@@ -341,7 +341,7 @@ def check_replay_tools() -> tuple[int, str | None]:
     """replay_tools (A3): a counterfactual call is recognised iff a committed call has the same
     id, tool and arguments; every other one is listed for compensation with its reason and the
     committed arguments. Every ledger of ≤ 2 calls (distinct ids) against every list of ≤ 2."""
-    from unsee.model.session import replay_tools
+    from unsee.model.plan import replay_tools
     from unsee.model.state import LedgerEntry
 
     universe = [LedgerEntry(cid, tool, args, 1) for cid in ("c1", "c2") for tool in ("send", "post")
@@ -371,19 +371,19 @@ TIES = (
         "F is a function of R and of what o shows it (A1): step(R, o) = step(R, o') when view(o) = view(o'), and "
         "the same call gives the same state", "every R of a recorded session of ≤ 2 steps, 4 observation shapes, "
         "each with and without a part shown only without another target", check_step),
-    Tie("sanitize", ("unsee.model.state.Observation.without", "unsee.model.session.sanitize",
-                     "unsee.model.session.counterfactual_stream"),
+    Tie("sanitize", ("unsee.model.state.Observation.without", "unsee.model.replay.sanitize",
+                     "unsee.model.replay.counterfactual_stream"),
         "sanitize(o) = o ∖ Z: every part from Z removed, read or only shown without another target; a part "
         "standing instead of Z shown; the rest verbatim (so ¬has_Z(o) ⇒ F reads sanitize(o) as o)",
         "every observation of ≤ 3 parts over sources z, y, a (shown, or standing instead of another), "
         "Z = {z}, {y}, {z, y}", check_without),
-    Tie("first_entry", ("unsee.model.session.locate_source", "unsee.model.session.first_entry",
-                        "unsee.model.session.locate_target"),
+    Tie("first_entry", ("unsee.model.plan.locate_source", "unsee.model.plan.first_entry",
+                        "unsee.model.plan.plan_forget"),
         "τ = min{t : has_Z(o_t)}, where has_Z(o) says removing Z changes what F reads of o: has_Z(o_τ) and "
         "¬has_Z(o_t) for t < τ", "every stream of ≤ 4 steps, each with nothing, z, z shown only without y, "
         "a part instead of z, or y; forget {z} and {z, y}", check_first_entry),
-    Tie("closure", ("unsee.model.session.taint_closure", "unsee.model.session.suffix_closure",
-                    "unsee.model.session.provenance_graph"),
+    Tie("closure", ("unsee.model.plan.taint_closure", "unsee.model.plan.suffix_closure",
+                    "unsee.model.plan.provenance_graph"),
         "I(z) = {a : z ⇝_G a}, the least set holding the sources and closed under the recorded edges",
         "every DAG on ≤ 4 artifacts, every non-empty set of parentless sources", check_closure),
     Tie("conservative_graph", ("unsee.model.state.step",),
@@ -391,15 +391,15 @@ TIES = (
         "of turn τ reaches exactly the generated artifacts of turn ≥ τ (the chain edges of Lemma 2 (ii))",
         "every session of ≤ 3 observations (reply, memory, consequential call, compaction), policies every "
         "and events, every field", check_boundary),
-    Tie("choose_checkpoint", ("unsee.model.session.choose_checkpoint",),
+    Tie("choose_checkpoint", ("unsee.model.plan.choose_checkpoint",),
         "c* = max{c ∈ C : c < τ}", "every C ⊆ {0..5} with 0 ∈ C, in either order, every τ ≤ 6", check_checkpoint),
-    Tie("restore", ("unsee.model.session.restore",),
+    Tie("restore", ("unsee.model.replay.restore",),
         "restore(c) = R_boundary(c) (every layer and the cache)",
         "every checkpoint of every session of ≤ 3 observations, policies every and events", check_restore),
-    Tie("replay", ("unsee.model.session.selective_replay", "unsee.model.session.replay_suffix"),
+    Tie("replay", ("unsee.model.replay.selective_replay", "unsee.model.replay.replay_suffix"),
         "the replay reads õ_t = sanitize(o_t) of the recorded log for t = c*+1..T, one invocation of F each, and "
         "ends in the twin's state", "every entry stream of ≤ 3 steps in which z enters, forget {z}", check_replay),
-    Tie("replay_tools", ("unsee.model.session.replay_tools",),
+    Tie("replay_tools", ("unsee.model.plan.replay_tools",),
         "a counterfactual call is recognised iff a committed call has the same id, tool and arguments; every "
         "other one is listed with its reason and the committed arguments (A3)",
         "every ledger of ≤ 2 calls against every list of ≤ 2 (ids c1, c2; tools send, post; two argument "

@@ -10,7 +10,7 @@ import sys
 
 from unsee.impl.experiments.bench_sessions import agent_session, live_session, sweep_taus
 from unsee.impl.experiments.bench_sweeps import fit
-from unsee.model.session import selective_replay
+from unsee.model.replay import selective_replay
 
 model = sys.argv[1] if len(sys.argv) > 1 else "tiny-llama"
 T = int(sys.argv[2]) if len(sys.argv) > 2 else 56

@@ -306,6 +306,7 @@ def verify(factory_for: Callable[[dict], Callable], examples: int = 100, seed: i
         except AssertionError as e:
             failures.append(e.unsee_failure)
         except BaseExceptionGroup as group:  # several distinct failures: each with its own trace
+            # the failures `run_one` tagged; anything else in the group is not a finding
             found, rest = group.split(lambda x: hasattr(x, "unsee_failure"))
             if rest is not None:
                 raise rest

@@ -44,7 +44,8 @@ from __future__ import annotations
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from unsee.model import Config, Observation, Part, ReferenceRuntime
+from unsee.model import Config, Observation, Part
+from unsee.specs.reference import ReferenceRuntime
 from unsee.specs import oracle
 from unsee.specs.harness import Tally, check_log, forget_live, present_targets
 from unsee.specs.protocol import checked
@@ -61,6 +62,7 @@ class RuntimeMachine(RuleBasedStateMachine):
     policy_known = True
     methods = ("B7", "B5")
     targets = TARGETS
+    rt = None  # the live runtime (`checked`), from `start` on
 
     def make_runtime(self, policy: str, sampling: bool, seed: int):
         return self.runtime_class(Config(sampling=sampling, seed=seed), policy)
@@ -140,13 +142,13 @@ class RuntimeMachine(RuleBasedStateMachine):
     @invariant()
     def log_is_the_machines(self):
         """The runtime's log is the machine's: every observation, without every forgotten source."""
-        if hasattr(self, "rt"):
+        if self.rt is not None:
             check_log(self.rt, self.log, "after a rule")
 
     @invariant()
     def taint_is_monotone(self):
         """Lemma 2 (i) on the live runtime's graph(), after every rule (I(z) by the oracle)."""
-        if not hasattr(self, "rt"):
+        if self.rt is None:
             return
         g = self.rt.graph()
         for z in present_targets(self.log):

@@ -34,38 +34,39 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from unsee.model.edits import finish, sanitize_without_replay, source_redaction, span_excision
-from unsee.model.runtime import ReferenceRuntime
-from unsee.model.session import (
-    choose_checkpoint, counterfactual_stream, locate_target, provenance_graph, replay_suffix, restore, selective_replay,
-    suffix_closure,
-)
-from unsee.model.state import Meter
+from unsee.model.edits import sanitize_without_replay, source_redaction, span_excision
+from unsee.model.plan import plan_forget, provenance_graph
+from unsee.model.replay import (counterfactual_stream, live_checkpoint, operator_receipt, replay_suffix, restore,
+                                selective_replay)
+from unsee.specs.reference import ReferenceRuntime
 
 
 class _Mutant(ReferenceRuntime):
-    operator = None  # (session, sources) -> (session, receipt)
+    operator = None  # (session, sources, transition) -> (session, receipt)
 
     def forget(self, sources, method="B7", checkpoint=None):
-        arts, _ = locate_target(self.session, list(sources))
-        taint = tuple(sorted(suffix_closure(self.session.state.artifacts, arts)))
-        self.session, receipt = type(self).operator(self.session, list(sources))
-        receipt = replace(receipt, method=method, taint=taint)  # each claims the method asked for, and I(z)
-        self._meter.transitions += receipt.transitions
-        self._last_checkpoint = receipt.checkpoint
+        plan = plan_forget(self.session, list(sources))
+        self.session, receipt = type(self).operator(self.session, list(sources), self.transition)
+        # each claims the method asked for, and I(z)
+        receipt = replace(receipt, method=method, plan=replace(receipt.plan, taint=plan.taint))
+        self.forgot(receipt)
         return receipt
 
 
-def crop_at_tau(s, sources):
-    _, tau = locate_target(s, sources)
-    meter = Meter()
-    c = min((c for c in s.checkpoints if c.boundary >= tau), key=lambda c: c.boundary, default=None)
+def spliced(plan, s, c, new, effects, replayed):
+    """The receipt of a mutant that spliced at checkpoint `c` (not the plan's)."""
+    return operator_receipt("mutant", replace(plan, checkpoint=c), s, new, effects, replayed)
+
+
+def crop_at_tau(s, sources, transition=None):
+    plan = plan_forget(s, sources)
+    c = min((c for c in s.checkpoints if c.boundary >= plan.tau), key=lambda c: c.boundary, default=None)
     if c is None:  # no checkpoint at or after τ: crop the live state instead
-        start, boundary = s.state, s.T
+        c, start = live_checkpoint(s), s.state
     else:
-        start, boundary = restore(s, c, meter), c.boundary
-    new, _, _, replayed = replay_suffix(s, start, boundary, sources, meter)
-    return finish(s, new, sources, tau, boundary, meter, replayed=replayed)
+        start = restore(s, c)
+    new, effects, replayed = replay_suffix(s, start, c.boundary, sources, transition)
+    return new, spliced(plan, s, c, new, effects, replayed)
 
 
 class CropAtTau(_Mutant):
@@ -73,14 +74,12 @@ class CropAtTau(_Mutant):
     operator = staticmethod(crop_at_tau)
 
 
-def one_transition_short(s, sources):
-    _, tau = locate_target(s, sources)
-    meter = Meter()
-    c = choose_checkpoint(s.checkpoints, tau)
-    start = restore(s, c, meter)
+def one_transition_short(s, sources, transition=None):
+    plan = plan_forget(s, sources)
+    start = restore(s, plan.checkpoint)
     short = replace(s, observations=s.observations[:-1])
-    new, _, _, replayed = replay_suffix(short, start, c.boundary, sources, meter)
-    return finish(s, new, sources, tau, c.boundary, meter, replayed=replayed)
+    new, effects, replayed = replay_suffix(short, start, plan.boundary, sources, transition)
+    return new, spliced(plan, s, plan.checkpoint, new, effects, replayed)
 
 
 class OneTransitionShort(_Mutant):
@@ -88,39 +87,55 @@ class OneTransitionShort(_Mutant):
     operator = staticmethod(one_transition_short)
 
 
+def edits(operator):
+    """An in-place edit of `unsee.model.edits` as a mutant's operator (it runs no F)."""
+    return staticmethod(lambda s, sources, transition=None: operator(s, sources))
+
+
 class SourceRedaction(_Mutant):
     name = "source-redaction-B3"
-    operator = staticmethod(source_redaction)
+    operator = edits(source_redaction)
 
 
 class SanitizeWithoutReplay(_Mutant):
     name = "sanitize-without-replay-B4"
-    operator = staticmethod(sanitize_without_replay)
+    operator = edits(sanitize_without_replay)
 
 
 class SpanExcision(_Mutant):
     name = "span-excision"
-    operator = staticmethod(span_excision)
-
-
-def reuse_post_tau_cache(s, sources):
-    _, tau = locate_target(s, sources)
-    meter = Meter()
-    c = choose_checkpoint(s.checkpoints, tau)
-    contaminated = s.lm.snapshot(s.state.kv)  # R_T's cache, z's rows and all
-    new, _, _, replayed = replay_suffix(s, restore(s, c, meter), c.boundary, sources, meter)
-    fresh = new.state
-    kv = s.lm.graft(fresh.kv, contaminated)  # the replayed tokens over the contaminated rows
-    new = replace(new, states=new.states[:-1] + (replace(fresh, kv=kv),))
-    return finish(s, new, sources, tau, c.boundary, meter, replayed=replayed)
+    operator = edits(span_excision)
 
 
 class ReusePostTauCache(_Mutant):
     """Replays T−τ+1 transitions, but splices the replayed tokens onto cache entries that
-    were computed with z in context (the contaminated R_T's prefix hashes, cropped)."""
+    were computed with z in context (the contaminated R_T's prefix hashes, cropped).
+    `snapshot` and `graft` are the reference's cache (a tuple of prefix hashes); a mutant over
+    another engine's cache overrides them."""
 
     name = "reuse-post-tau-cache"
-    operator = staticmethod(reuse_post_tau_cache)
+
+    @staticmethod
+    def snapshot(lm, kv):
+        return kv
+
+    @staticmethod
+    def graft(lm, kv, old):
+        """The mistake: the first min(len) rows taken from a snapshot `old`."""
+        n = min(len(old), len(kv))
+        return old[:n] + kv[n:]
+
+    def forget(self, sources, method="B7", checkpoint=None):
+        s, sources = self.session, list(sources)
+        plan = plan_forget(s, sources)
+        contaminated = self.snapshot(s.lm, s.state.kv)  # R_T's cache, z's rows and all
+        new, effects, replayed = replay_suffix(s, restore(s, plan.checkpoint), plan.boundary, sources, self.transition)
+        fresh = new.state
+        kv = self.graft(s.lm, fresh.kv, contaminated)  # the replayed tokens over the contaminated rows
+        self.session = replace(new, states=new.states[:-1] + (replace(fresh, kv=kv),))
+        receipt = operator_receipt(method, plan, s, self.session, effects, replayed)
+        self.forgot(receipt)
+        return receipt
 
 
 class StaleGraphIndex(ReferenceRuntime):
@@ -156,18 +171,14 @@ class IgnoresMethod(ReferenceRuntime):
 KEPT_BOUNDARIES = 12
 
 
-def recent_checkpoints_only(s, sources, checkpoint=None):
-    arts, tau = locate_target(s, sources)
+def recent_checkpoints_only(s, sources, checkpoint=None, transition=None):
+    plan = plan_forget(s, sources, checkpoint)
     kept = [c for c in s.checkpoints if c.boundary >= s.T - KEPT_BOUNDARIES]
-    want = choose_checkpoint(s.checkpoints, tau) if checkpoint is None else \
-        next(c for c in s.checkpoints if c.boundary == checkpoint)
-    if want in kept or not kept:
-        return selective_replay(s, sources, checkpoint)
+    if plan.checkpoint in kept or not kept:
+        return selective_replay(s, sources, checkpoint, transition)
     c = min(kept, key=lambda c: c.boundary)  # the payload it wanted is gone: the oldest it has
-    meter = Meter()
-    new, _, _, replayed = replay_suffix(s, restore(s, c, meter), c.boundary, sources, meter)
-    return finish(s, new, sources, tau, c.boundary, meter, taint=suffix_closure(s.state.artifacts, arts),
-                  replayed=replayed, method="B7")
+    new, effects, replayed = replay_suffix(s, restore(s, c), c.boundary, sources, transition)
+    return new, replace(spliced(plan, s, c, new, effects, replayed), method="B7")
 
 
 class RecentCheckpointsOnly(ReferenceRuntime):
@@ -176,9 +187,8 @@ class RecentCheckpointsOnly(ReferenceRuntime):
     def forget(self, sources, method="B7", checkpoint=None):
         if method != "B7":
             return super().forget(sources, method, checkpoint)
-        self.session, receipt = recent_checkpoints_only(self.session, list(sources), checkpoint)
-        self._meter.transitions += receipt.transitions
-        self._last_checkpoint = receipt.checkpoint
+        self.session, receipt = recent_checkpoints_only(self.session, list(sources), checkpoint, self.transition)
+        self.forgot(receipt)
         return receipt
 
 
@@ -213,7 +223,7 @@ class ReceiptTaintOneHop(ReferenceRuntime):
         g = provenance_graph(self.session.state)
         receipt = super().forget(sources, method, checkpoint)
         roots = {a for a in receipt.taint if not g.pred[a]}
-        return replace(receipt, taint=tuple(sorted(roots | {b for a in roots for b in g.succ[a]})))
+        return replace(receipt, plan=replace(receipt.plan, taint=frozenset(roots | {b for a in roots for b in g.succ[a]})))
 
 
 class CompensationArgsSwapped(ReferenceRuntime):
@@ -222,7 +232,7 @@ class CompensationArgsSwapped(ReferenceRuntime):
     def forget(self, sources, method="B7", checkpoint=None):
         receipt = super().forget(sources, method, checkpoint)
         comp = tuple(dict(x, args=x["committed"]) if x["committed"] is not None else x for x in receipt.compensation)
-        return replace(receipt, compensation=comp)
+        return replace(receipt, effects=replace(receipt.effects, compensation=comp))
 
 
 class CompactionsUncheckpointed(ReferenceRuntime):
@@ -230,8 +240,8 @@ class CompactionsUncheckpointed(ReferenceRuntime):
 
     name = "compactions-uncheckpointed"
 
-    def step(self, obs, hints=None) -> None:
-        super().step(obs, hints)
+    def step(self, obs) -> None:
+        super().step(obs)
         s = self.session
         if self.policy == "events" and obs.compact and not (obs.kind == "memory" or s.states[-2].plan):
             keep = tuple(c for c in s.checkpoints if c.boundary != s.T - 1 or c.boundary == 0)

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent  # the source tree: model/, specs/, proofs/, impl/, tests/
-PACKAGES = ("model", "specs", "proofs")  # copied (a patch may touch them); impl/ is linked, never patched
+PACKAGES = ("model", "specs", "proofs", "impl")  # copied (a patch may touch them); the weights are linked
+LINKED = ("impl/organism/weights",)  # large files no patch touches
 
 
 @dataclass(frozen=True)
@@ -75,57 +76,57 @@ EXTRA_LAYERS: tuple[Layer, ...] = (
     Layer("traces", (PY, "-m", "pytest", "tests/engine/test_traces.py", "-p", "no:cacheprovider", "-q", "-x")),
 )
 
-S, ST, L = "model/session.py", "model/state.py", "model/lm.py"
+P, R, ST, L = "model/plan.py", "model/replay.py", "model/state.py", "impl/engine/reference.py"
 
 BUGS: tuple[Bug, ...] = (
     # the nine of the review that asked for this matrix
-    Bug("first_entry_returns_last", S, "return min(by_id[a].turn for a in source_artifacts)",
-        "return max(by_id[a].turn for a in source_artifacts)", "first_entry returns the last entry"),
-    Bug("taint_closure_one_hop", S, "out |= nx.descendants(graph, a)", "out |= set(graph.successors(a))",
+    Bug("first_entry_returns_last", P, "first = min((by_id[a] for a in carriers), key=lambda a: a.turn)",
+        "first = max((by_id[a] for a in carriers), key=lambda a: a.turn)", "first_entry returns the last entry"),
+    Bug("taint_closure_one_hop", P, "out |= nx.descendants(graph, a)", "out |= set(graph.successors(a))",
         "taint_closure follows one hop (B7 uses suffix_closure: no forget changes)", changes_forget=False),
-    Bug("choose_checkpoint_at_tau", S, "(c for c in checkpoints if c.boundary < tau)",
+    Bug("choose_checkpoint_at_tau", P, "(c for c in checkpoints if c.boundary < tau)",
         "(c for c in checkpoints if c.boundary <= tau)", "choose_checkpoint accepts boundary ≤ τ"),
-    Bug("choose_checkpoint_latest", S, "return max((c for c in checkpoints if c.boundary < tau), key=lambda c: c.boundary)",
+    Bug("choose_checkpoint_latest", P, "return max((c for c in checkpoints if c.boundary < tau), key=lambda c: c.boundary)",
         "return max(checkpoints, key=lambda c: c.boundary)", "the latest checkpoint regardless of τ"),
-    Bug("restore_one_block_too_many", S,
+    Bug("restore_one_block_too_many", R,
         "tokens, kv = live.tokens[: c.token_offset], s.lm.crop(live.kv, c.token_offset)",
         "end = live.blocks[len(c.manifest)].end if len(live.blocks) > len(c.manifest) else c.token_offset\n"
         "        tokens, kv = live.tokens[:end], s.lm.crop(live.kv, end)", "restore keeps one block too many"),
-    Bug("sanitize_keeps_instead_of_part", S, "return obs.without(frozenset(sources))",
+    Bug("sanitize_keeps_instead_of_part", R, "return obs.without(frozenset(sources))",
         "z = frozenset(sources)\n    return replace(obs, parts=tuple(replace(p, instead_of=None) if p.instead_of in z else p "
         "for p in obs.parts if p.source not in z or p.instead_of is not None))",
         "sanitize keeps a z-sourced instead_of part"),
     Bug("without_keeps_instead_of_part", ST, "for p in self.parts if p.source not in sources)",
         "for p in self.parts if p.source not in sources or p.instead_of is not None)",
         "the same bug in Observation.without"),
-    Bug("suffix_closure_one_parent", S, "if a.id not in out and any(p in out for p in a.parents):",
+    Bug("suffix_closure_one_parent", P, "if a.id not in out and any(p in out for p in a.parents):",
         "if a.id not in out and len(a.parents) == 1 and a.parents[0] in out:",
         "suffix_closure skips artifacts with several parents"),
-    Bug("replay_tools_call_id_only", S, "if old is not None and old.tool == e.tool and old.args == e.args:",
+    Bug("replay_tools_call_id_only", P, "if old is not None and old.tool == e.tool and old.args == e.args:",
         "if old is not None:", "replay_tools de-duplicates by call id only"),
     # more realistic mistakes
-    Bug("locate_source_first_only", S, "    return found\n\n\ndef first_entry", "    return found[:1]\n\n\ndef first_entry",
+    Bug("locate_source_first_only", P, "    return found\n\n\ndef first_entry", "    return found[:1]\n\n\ndef first_entry",
         "locate_source returns only the first artifact of a source in several parts"),
-    Bug("events_policy_forgets_compactions", S, 'return obs.kind == "memory" or bool(state.plan) or obs.compact',
+    Bug("events_policy_forgets_compactions", R, 'return obs.kind == "memory" or bool(state.plan) or obs.compact',
         'return obs.kind == "memory" or bool(state.plan)', "the events policy skips the checkpoint before a compaction"),
-    Bug("compensation_reasons_swapped", S, '"reason": "not committed" if old is None else "arguments differ"',
+    Bug("compensation_reasons_swapped", P, '"reason": "not committed" if old is None else "arguments differ"',
         '"reason": "arguments differ" if old is None else "not committed"', "replay_tools swaps the two reasons"),
-    Bug("compensation_args_are_committed", S, '"args": arguments(e.args),\n',
+    Bug("compensation_args_are_committed", P, '"args": arguments(e.args),\n',
         '"args": arguments(e.args) if old is None else arguments(old.args),\n',
         "a compensation entry gives the committed arguments as the counterfactual ones"),
-    Bug("forget_fires_changed_calls", S, "t = replace(t, world=s.world, forgotten=",
+    Bug("forget_fires_changed_calls", R, "t = replace(t, world=s.world, forgotten=",
         "t = replace(t, world=s.world + tuple(e for e in t.state.ledger if e.turn > boundary and e not in s.world), "
         "forgotten=", "the forget fires the counterfactual's calls whose arguments changed"),
     Bug("drafts_trusted_unchecked", L,
         "while k < n and next_token(kv, None if draw_list is None else draw_list[k]) == hint[k]:",
         "while k < n:", "the model takes every recorded reply it is handed as a draft unchecked"),
-    Bug("restore_env_from_live_state", S, "env = dict(s.snapshots)[c.env_snapshot]", "env = s.state.env",
+    Bug("restore_env_from_live_state", R, "env = dict(s.snapshots)[c.env_snapshot]", "env = s.state.env",
         "restore takes the environment from the live state, not the checkpoint's snapshot"),
-    Bug("receipt_digests_before_forget", S, "layer_digests(new.state, s.lm), tuple(sorted(taint))",
-        "layer_digests(s.state, s.lm), tuple(sorted(taint))", "the receipt digests the state before the forget"),
-    Bug("suffix_closure_skips_next", S, "for a in artifacts[first + 1:]:", "for a in artifacts[first + 2:]:",
+    Bug("receipt_digests_before_forget", R, "layer_digests(new.state, s.lm),",
+        "layer_digests(s.state, s.lm),", "the receipt digests the state before the forget"),
+    Bug("suffix_closure_skips_next", P, "for a in artifacts[first + 1:]:", "for a in artifacts[first + 2:]:",
         "suffix_closure skips the artifact right after the first source artifact"),
-    Bug("sanitize_drops_whole_observation", S, "return obs.without(frozenset(sources))",
+    Bug("sanitize_drops_whole_observation", R, "return obs.without(frozenset(sources))",
         "return replace(obs, parts=()) if obs.sources & set(sources) else obs.without(frozenset(sources))",
         "sanitize drops every part of an observation that carries z"),
     Bug("without_reveals_every_instead_of", ST, "replace(p, instead_of=None) if p.instead_of in sources else p",
@@ -140,8 +141,9 @@ def make_copy(where: Path, bug: Bug | None) -> Path:
     src.mkdir(parents=True)
     (src / "__init__.py").write_text("")  # a regular package: found on PYTHONPATH before the editable install
     for name in PACKAGES:
-        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
-    (src / "impl").symlink_to(ROOT / "impl")
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "weights"))
+    for name in LINKED:
+        (src / name).symlink_to(ROOT / name)
     shutil.copytree(ROOT / "tests", where / "tests", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", where / "pyproject.toml")
     if (ROOT / "docs").is_dir():

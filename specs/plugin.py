@@ -47,7 +47,7 @@ def pytest_configure(config):
         from hypothesis.configuration import set_hypothesis_home_dir
 
         set_hypothesis_home_dir(kit / "hypothesis")
-    if getattr(config.option, "benchmark_storage", None) == "file://./.benchmarks":
+    if getattr(config.option, "benchmark_storage", None) == "file://./.benchmarks":  # only with pytest-benchmark
         config.option.benchmark_storage = f"file://{kit / 'benchmarks'}"
 
 
@@ -89,7 +89,7 @@ COVERAGE_KEY = "unsee_coverage"
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """One line per kit run: how many forgets each scenario got (a run that never exercised
     one cannot vouch for it)."""
-    doc = getattr(config, COVERAGE_KEY, None)
+    doc = getattr(config, COVERAGE_KEY, None)  # set on pytest's config by a kit run (`conformance`) only
     if doc is None:
         return
     cov = ", ".join(f"{k}: {v}" for k, v in doc["coverage"].items())

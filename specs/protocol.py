@@ -177,15 +177,16 @@ def _record_fields(value) -> dict | None:
         return dict(value)
     if is_dataclass(value) and not isinstance(value, type):
         return {f.name: getattr(value, f.name) for f in fields(value)}
-    if hasattr(value, "_asdict"):
+    if hasattr(value, "_asdict"):  # a named tuple (a foreign runtime's record)
         return dict(value._asdict())
-    if hasattr(value, "__dict__") and not callable(value):
+    if hasattr(value, "__dict__") and not callable(value):  # a plain object
         return {k: v for k, v in vars(value).items() if not k.startswith("_")}
     return None
 
 
 def _read(value, spec: dict, name: str, at: Boundary) -> dict:
     """The fields of `spec` from a record, with every required one present."""
+    # a scalar or a bare sequence is no record; a named tuple (it has `_asdict`) is
     if value is None or (isinstance(value, (str, bytes, int, float, list, tuple)) and not hasattr(value, "_asdict")):
         raise at.fail(f"{name} as {_kind(value)}", f"{name} is an object with attributes or a mapping with the keys "
                       f"{', '.join(k for k, (req, _) in spec.items() if req)}", f"return one ({GUIDE})")
@@ -224,7 +225,7 @@ def _json(x, field: str, name: str, at: Boundary, none: bool = False):
 
 
 def _seq(x, what: str, at: Boundary, of: str) -> list:
-    if isinstance(x, (str, bytes, Mapping)) or not hasattr(x, "__iter__"):
+    if isinstance(x, (str, bytes, Mapping)) or not hasattr(x, "__iter__"):  # whatever the runtime returned
         raise at.fail(f"{what} as {_kind(x)}", f"{what} is a list (or tuple) of {of}", f"return a list ({GUIDE})")
     return list(x)
 
@@ -310,7 +311,7 @@ def read_graph(value, at: Boundary):
                           "is added with `type`, `turn` and `source_ids`", "add the node, or drop edges to removed nodes")
         d = _read(data, NODE, name, at)
         ids = d["source_ids"]
-        if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+        if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):  # whatever the runtime stored
             raise at.fail(f"{name} with `source_ids` = {_kind(ids)}", "`source_ids` is a set of str",
                           "give a set, e.g. {'z1'} or set()")
         g.add_node(n, **{**d, "type": _str(d["type"], "type", name, at), "turn": _int(d["turn"], "turn", name, at),
@@ -362,7 +363,7 @@ class Checked:
                                     "docs/verify-your-runtime.md); add them")
         self.runtime, self.label, self.steps, self.forgot = runtime, label, 0, False
 
-    def __getattr__(self, name):
+    def __getattr__(self, name):  # any other member: the runtime's own, unchecked
         return getattr(self.runtime, name)
 
     def _at(self, call_: str, where: str | None = None) -> Boundary:
@@ -398,7 +399,7 @@ class Checked:
         return read_graph(value, at)
 
     def offers(self, name: str) -> bool:
-        return callable(getattr(self.runtime, name, None))
+        return callable(getattr(self.runtime, name, None))  # an optional protocol method (e.g. `trajectory`)
 
     def trajectory(self) -> list[dict[str, str]] | None:
         """R̃_c..R̃_T's digests, or None for a runtime without `trajectory()`."""

@@ -2,12 +2,12 @@
 
 Each takes the drawn config {"policy", "sampling", "seed"} and returns a fresh runtime:
 `reference` (the pure-Python model), and one per mutant, which the kit must reject. The
-real engine on a tiny model is `unsee.impl.engine.runtime:kv_tiny_llama`.
+real engine on a tiny model is `unsee.impl.engine.kv_runtime:kv_tiny_llama`.
 """
 
 from __future__ import annotations
 
-from unsee.model.runtime import ReferenceRuntime
+from unsee.specs.reference import ReferenceRuntime
 from unsee.model.state import Config
 from unsee.specs import mutants as M
 

@@ -330,7 +330,7 @@ def _texts(obj) -> list[str]:
         return [x for v in obj for x in _texts(v)]
     if is_dataclass(obj) and not isinstance(obj, type):  # a record the runtime made (e.g. a compensation entry)
         return _texts({f.name: getattr(obj, f.name) for f in fields(obj)})
-    if hasattr(obj, "__dict__") and not callable(obj):
+    if hasattr(obj, "__dict__") and not callable(obj):  # a plain object the runtime made
         return _texts(vars(obj))
     return []
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
-from unsee.model.session import POLICIES
+from unsee.model.replay import POLICIES
 from unsee.model.state import Observation, Part, TOOLS
 
 TARGETS = ("z1", "z2", "z3")

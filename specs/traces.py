@@ -43,7 +43,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from unsee.model.session import Receipt, Session
+from unsee.model.receipt import Receipt
+from unsee.model.replay import Session
 from unsee.specs import oracle
 
 METHODS = ("B7", "B5", "B5'")
@@ -169,8 +170,8 @@ def expectation(before: Session, receipt: Receipt, forced: bool = False) -> Expe
     compacts = frozenset(t for t in range(c + 1, before.T + 1) if before.observations[t - 1].compact)
     accounted = frozenset(receipt.deduplicated) | frozenset(x["call_id"] for x in receipt.compensation)
     return Expectation(receipt.method, tau, before.T, c, latest, forced, offsets.get(c, -1), compacts,
-                       accounted, receipt.transitions, receipt.tokens_restored, receipt.tokens_rematerialized,
-                       receipt.tokens_decoded)
+                       accounted, receipt.transitions, receipt.work.tokens_restored, receipt.work.tokens_rematerialized,
+                       receipt.work.tokens_decoded)
 
 
 @dataclass(frozen=True)
@@ -199,160 +200,324 @@ class ForgetTrace:
 
 
 def check(events, want: Expectation) -> list[Violation]:
-    """Every violation of the rules (module docstring) by the event log of one forget."""
+    """Every violation of the rules (module docstring) by the event log of one forget: the log is
+    walked once (`_Walk`), and each rule judges the walk."""
     if want.method not in METHODS:
         raise ValueError(f"trace validation covers {METHODS}, not {want.method!r}")
     events = tuple(events)
-    out: list[Violation] = []
-
-    def bad(rule: str, at: int, message: str) -> None:
-        out.append(Violation(rule, at, message))
-
     if not events or not isinstance(events[0], Begin):
         return [Violation("log", 0, "the log does not open with Begin (the engine's BOS and resident length)")]
-    base, length = events[0].base, events[0].length
-    c, full = want.checkpoint, want.method != "B7"
-    restored: int | None = None  # index of the restore
-    restores = 0
-    step = c + 1  # the transition in progress
-    floor = 0  # no crop may go below this after the restore: the context the transition started from
-    busy = False  # the transition in progress has run a forward
-    rebuild: list[int] | None = None  # [kept, paged, computed] inside a rebuild bracket
-    compacted: set[int] = set()
-    decoded = 0
-    account = (0, 0)  # (rows kept or read from pages, rows recomputed) by the restore (B5′: its prefix cache)
-    commits: list[tuple[int, Commit]] = []
+    walk = _Walk(events, want)
+    found = (_log(walk) + _restore_first(walk) + _one_restore(walk, want) + _restore_offset(walk, want)
+             + _checkpoint(walk, want) + _transitions(walk, want) + _contiguous(walk) + _context(walk)
+             + _compaction(walk, want) + _no_fire(walk) + _commits_accounted(walk, want)
+             + _restore_accounted(walk, want) + _decode_accounted(walk, want))
+    return sorted(found, key=_reported(len(events)))
 
-    def at(pos: int) -> str:
-        return f"context offset {pos - base}"
 
-    def restore(i: int, offset: int, how: str) -> None:
-        nonlocal restored, restores, floor
-        restores += 1
-        restored = i
-        floor = length
-        if offset != want.offset:
-            bad("restore-offset", i, f"the restore ({how}) left {offset} context tokens, but checkpoint R_{c} "
-                                     f"holds {want.offset}")
+# The order violations are reported in: by event, the rules at one event in the order of _AT_EVENT; then
+# those found at the log's end, in the order of _AT_END (a rule found twice there in its own order); then
+# the commits the receipt does not account for, in the log's order.
+_AT_EVENT = ("log", "contiguous", "restore-first", "transitions", "context", "restore-offset", "one-restore",
+             "compaction", "no-fire")
+_AT_END = ("log", "one-restore", "transitions", "checkpoint", "restore-accounted", "decode-accounted")
 
-    def extend(i: int, e, what: str) -> None:
-        """Rows written at e.start..e.start+e.n: they must continue the cache."""
-        nonlocal length
-        if e.start != length:
-            bad("contiguous", i, f"{what} at {at(e.start)}, but the cache ends at {at(length)}")
-        length = e.start + e.n
 
-    for i, e in enumerate(events[1:], 1):
-        if isinstance(e, Forward):
-            extend(i, e, f"a {e.kind} of {e.n} token(s)")
-            if rebuild is not None:
-                rebuild[2] += max(0, length - max(e.start, base))  # the BOS after a reset is no context row
-            elif e.start >= base:
-                if restored is None:
-                    bad("restore-first", i, f"a {e.kind} at {at(e.start)} ran before the restore: the replay's "
-                                            "first forward must follow the restore")
-                busy = True
-                if e.kind == "decode":
-                    decoded += e.n
-        elif isinstance(e, Crop):
-            if e.length > length:
-                bad("contiguous", i, f"a crop to {e.length} positions of a cache of {length}")
-            length = min(length, e.length)
-            if rebuild is not None:
-                rebuild[0] = max(0, length - base)
-            elif restored is None:
-                restore(i, length - base, "a crop of the resident cache")
-            elif length < floor:
-                restores += 1
-                bad("one-restore", i, f"a crop to {at(length)} in transition {step} cut into the context it "
-                                      f"started from ({floor - base} tokens): only the restore and a compaction may")
-        elif isinstance(e, Reset):
-            length = 0
-            if rebuild is not None:
-                rebuild[0] = 0
-            elif restored is None:
-                restore(i, 0, "an empty cache")
-                floor = base
-            else:
-                restores += 1
-                bad("one-restore", i, f"the cache was emptied in transition {step}, after the restore")
-        elif isinstance(e, Append):
-            extend(i, e, f"{e.n} {e.how} row(s) appended")
-            if rebuild is not None:
-                rebuild[1] += e.n
-            elif restored is None:
-                bad("restore-first", i, f"{e.n} {e.how} row(s) appended at {at(e.start)} before the restore")
-            else:
-                busy = True
-        elif isinstance(e, RebuildBegin):
-            if rebuild is not None:
-                bad("log", i, "a rebuild began inside another")
-            rebuild = [max(0, length - base), 0, 0]
-        elif isinstance(e, RebuildEnd):
-            if rebuild is None:
-                bad("log", i, "a rebuild ended that never began")
-                continue
-            kept, paged, computed = rebuild
-            rebuild = None
-            if length != base + e.length:
-                bad("context", i, f"a rebuild of {e.length} recorded tokens left {length - base} context positions")
-            if restored is None and want.method == "B5'":
-                account = (kept + paged, computed)  # B5′'s prefix cache, read back before the reset
-            elif restored is None:
-                restore(i, length - base,
-                        f"a rebuild: {kept} rows kept, {paged} read from pages, {computed} recomputed")
-                account = (kept + paged, computed)
-            elif busy and step in want.compacts and step not in compacted:
-                compacted.add(step)
-                floor = length
-            else:
-                restores += 1
-                why = ("which already compacted" if step in compacted else "before it ran a forward"
-                       if step in want.compacts else "whose observation does not compact")
-                bad("one-restore", i, f"a rebuild of {e.length} tokens in transition {step}, {why}: after the "
-                                      "restore only a compaction rebuilds")
-        elif isinstance(e, Commit):
-            commits.append((i, e))
-        elif isinstance(e, StepEnd):
-            if restored is None:
-                bad("restore-first", i, f"transition {e.step} ended before any restore")
-            if e.step != step:
-                bad("transitions", i, f"transition {e.step} ended where transition {step} was due: the replay "
-                                      f"runs {c + 1}..{want.T} in order, each once")
-            if length != base + e.length:
-                bad("context", i, f"R_{e.step} holds {e.length} context tokens, the cache {length - base}")
-            if e.step in want.compacts and e.step not in compacted:
-                bad("compaction", i, f"transition {e.step} compacts, but it rebuilt no cache")
-            step, busy, floor = e.step + 1, False, length
-        elif isinstance(e, Fire):
-            bad("no-fire", i, f"call {e.call_id} ({e.tool}) fired during the forget: a committed call is never "
-                              "fired again, and a counterfactual one is reported for compensation")
+def _reported(end: int):
+    """The sort key that puts violations in the order they are reported in (above), for a log of `end` events."""
+    def key(v: Violation) -> tuple[int, int, int]:
+        if v.rule == "commits-accounted":
+            return (2, v.at, 0)
+        if v.at == end:
+            return (1, end, _AT_END.index(v.rule))
+        return (0, v.at, _AT_EVENT.index(v.rule))
+    return key
+
+
+# --- the walk: what the log shows ------------------------------------------------------------
+
+_EVENTS = (Forward, Crop, Reset, Append, RebuildBegin, RebuildEnd, Commit, StepEnd, Fire)  # all but Begin
+
+
+@dataclass
+class _Frame:
+    """One event of the log (after `Begin`) and the replay's state when it came: where the cache
+    ended before it and after it, whether the restore had happened, whether a rebuild was open, the
+    transition in progress and the context it started from (`floor`: no crop may go below it after
+    the restore). role: what the event did to the context: "restore" (the restore: `offset` context
+    tokens left, `how`), "compaction" (a compaction's rebuild), "again" (a restore after the restore)."""
+
+    i: int
+    event: object
+    length: int
+    restored: bool
+    rebuilding: bool
+    step: int
+    floor: int
+    after: int = 0
+    role: str = ""
+    offset: int = 0
+    how: str = ""
+
+
+class _Walk:
+    """One pass over the log of a forget: the engine's positions as the events move them, one
+    `_Frame` per event, and what the log shows against the receipt: `decoded` (the tokens of
+    the drafting forwards) and `account` (the rows the restore kept or read from pages, and those
+    it recomputed; B5′: its prefix cache). At the end, `step` is the transition due next and
+    `rebuild` is not None if a rebuild never ended."""
+
+    def __init__(self, events: tuple, want: Expectation):
+        self.base, self.length = events[0].base, events[0].length
+        self.compacts, self.prefix = want.compacts, want.method == "B5'"
+        self.restored, self.busy = False, False  # busy: the transition in progress has run a forward
+        self.step = want.checkpoint + 1  # the transition in progress
+        self.floor = 0
+        self.rebuild: list[int] | None = None  # [kept, paged, computed] inside a rebuild bracket
+        self.compacted: set[int] = set()
+        self.decoded = 0
+        self.account = (0, 0)
+        self.frames = [self._frame(i, e) for i, e in enumerate(events[1:], 1)]
+
+    def at(self, pos: int) -> str:
+        return f"context offset {pos - self.base}"
+
+    def _frame(self, i: int, e) -> _Frame:
+        f = _Frame(i, e, self.length, self.restored, self.rebuild is not None, self.step, self.floor)
+        for kind, move in ((Forward, self._forward), (Crop, self._crop), (Reset, self._reset), (Append, self._append),
+                           (RebuildBegin, self._rebuild_begin), (RebuildEnd, self._rebuild_end),
+                           (StepEnd, self._step_end)):
+            if isinstance(e, kind):
+                move(f, e)
+                break
+        f.after = self.length
+        return f
+
+    def _restore(self, f: _Frame, offset: int, how: str) -> None:
+        self.restored, self.floor = True, self.length
+        f.role, f.offset, f.how = "restore", offset, how
+
+    def _forward(self, f: _Frame, e: Forward) -> None:
+        self.length = e.start + e.n
+        if self.rebuild is not None:
+            self.rebuild[2] += max(0, self.length - max(e.start, self.base))  # the BOS after a reset is no context row
+        elif e.start >= self.base:
+            self.busy = True
+            if e.kind == "decode":
+                self.decoded += e.n
+
+    def _crop(self, f: _Frame, e: Crop) -> None:
+        self.length = min(self.length, e.length)
+        if self.rebuild is not None:
+            self.rebuild[0] = max(0, self.length - self.base)
+        elif not self.restored:
+            self._restore(f, self.length - self.base, "a crop of the resident cache")
+        elif self.length < self.floor:
+            f.role = "again"
+
+    def _reset(self, f: _Frame, e: Reset) -> None:
+        self.length = 0
+        if self.rebuild is not None:
+            self.rebuild[0] = 0
+        elif not self.restored:
+            self._restore(f, 0, "an empty cache")
+            self.floor = self.base
         else:
-            bad("log", i, f"an event of unknown type {type(e).__name__}")
-    end = len(events)
-    if rebuild is not None:
-        bad("log", end, "a rebuild never ended")
-    if restores == 0:
-        bad("one-restore", end, "no restore: the replay must start from the checkpoint's cache")
-    if step != want.T + 1:
-        bad("transitions", end, f"the replay stopped after transition {step - 1}; it runs {c + 1}..{want.T} "
-                                f"({want.T - c} transitions)")
-    if want.transitions != want.T - c:
-        bad("transitions", end, f"the receipt counts {want.transitions} transitions; {c + 1}..{want.T} are "
-                                f"{want.T - c}")
-    if full and c != 0:
-        bad("checkpoint", end, f"a full reset ({want.method}) starts from R_0, not R_{c}")
-    elif not full and not want.forced and c != want.latest:
-        bad("checkpoint", end, f"restored R_{c}, but the latest checkpoint before τ={want.tau} is R_{want.latest}")
-    if account != (want.tokens_restored, want.tokens_rematerialized):
-        bad("restore-accounted", end, f"the log shows {account[0]} rows kept or read from pages and {account[1]} "
-                                      f"recomputed; the receipt says {want.tokens_restored} restored and "
-                                      f"{want.tokens_rematerialized} re-materialized")
-    if decoded != want.tokens_decoded:
-        bad("decode-accounted", end,
-            f"the log shows {decoded} tokens decoded; the receipt says {want.tokens_decoded}")
-    for i, e in commits:
-        if e.call_id not in want.accounted:
-            bad("commits-accounted", i, f"transition {e.step} committed {e.call_id} ({e.tool}), which the receipt "
-                                        "neither de-duplicated nor reported for compensation")
+            f.role = "again"
+
+    def _append(self, f: _Frame, e: Append) -> None:
+        self.length = e.start + e.n
+        if self.rebuild is not None:
+            self.rebuild[1] += e.n
+        elif self.restored:
+            self.busy = True
+
+    def _rebuild_begin(self, f: _Frame, e: RebuildBegin) -> None:
+        self.rebuild = [max(0, self.length - self.base), 0, 0]
+
+    def _rebuild_end(self, f: _Frame, e: RebuildEnd) -> None:
+        if self.rebuild is None:
+            return
+        kept, paged, computed = self.rebuild
+        self.rebuild = None
+        if not self.restored and self.prefix:
+            self.account = (kept + paged, computed)  # B5′'s prefix cache, read back before the reset
+        elif not self.restored:
+            self._restore(f, self.length - self.base,
+                          f"a rebuild: {kept} rows kept, {paged} read from pages, {computed} recomputed")
+            self.account = (kept + paged, computed)
+        elif self.busy and self.step in self.compacts and self.step not in self.compacted:
+            self.compacted.add(self.step)
+            self.floor = self.length
+            f.role = "compaction"
+        else:
+            f.role = "again"
+
+    def _step_end(self, f: _Frame, e: StepEnd) -> None:
+        self.step, self.busy, self.floor = e.step + 1, False, self.length
+
+
+# --- the rules: what the walk may not show ---------------------------------------------------
+
+def _log(walk: _Walk) -> list[Violation]:
+    """`log`: rebuild brackets open and close in pairs; every event is one of the log's."""
+    out = []
+    for f in walk.frames:
+        if isinstance(f.event, RebuildBegin) and f.rebuilding:
+            out.append(Violation("log", f.i, "a rebuild began inside another"))
+        elif isinstance(f.event, RebuildEnd) and not f.rebuilding:
+            out.append(Violation("log", f.i, "a rebuild ended that never began"))
+        elif not isinstance(f.event, _EVENTS):
+            out.append(Violation("log", f.i, f"an event of unknown type {type(f.event).__name__}"))
+    if walk.rebuild is not None:
+        out.append(Violation("log", len(walk.frames) + 1, "a rebuild never ended"))
     return out
+
+
+def _restore_first(walk: _Walk) -> list[Violation]:
+    """`restore-first`: no forward of the replay, appended row or transition's end before the restore."""
+    out = []
+    for f in (f for f in walk.frames if not f.restored):
+        e = f.event
+        if isinstance(e, Forward) and not f.rebuilding and e.start >= walk.base:
+            out.append(Violation("restore-first", f.i, f"a {e.kind} at {walk.at(e.start)} ran before the restore: "
+                                                       "the replay's first forward must follow the restore"))
+        elif isinstance(e, Append) and not f.rebuilding:
+            out.append(Violation("restore-first", f.i, f"{e.n} {e.how} row(s) appended at {walk.at(e.start)} "
+                                                       "before the restore"))
+        elif isinstance(e, StepEnd):
+            out.append(Violation("restore-first", f.i, f"transition {e.step} ended before any restore"))
+    return out
+
+
+def _one_restore(walk: _Walk, want: Expectation) -> list[Violation]:
+    """`one-restore`: exactly one restore; after it no crop into the context a transition started
+    from, no reset, and no rebuild but a compaction."""
+    out, compacted = [], set()
+    for f in walk.frames:
+        e, step = f.event, f.step
+        if f.role == "compaction":
+            compacted.add(step)
+        if f.role != "again":
+            continue
+        if isinstance(e, Crop):
+            message = (f"a crop to {walk.at(f.after)} in transition {step} cut into the context it started from "
+                       f"({f.floor - walk.base} tokens): only the restore and a compaction may")
+        elif isinstance(e, Reset):
+            message = f"the cache was emptied in transition {step}, after the restore"
+        else:
+            why = ("which already compacted" if step in compacted else "before it ran a forward"
+                   if step in want.compacts else "whose observation does not compact")
+            message = (f"a rebuild of {e.length} tokens in transition {step}, {why}: after the restore only a "
+                       "compaction rebuilds")
+        out.append(Violation("one-restore", f.i, message))
+    if not any(f.role in ("restore", "again") for f in walk.frames):
+        out.append(Violation("one-restore", len(walk.frames) + 1,
+                             "no restore: the replay must start from the checkpoint's cache"))
+    return out
+
+
+def _restore_offset(walk: _Walk, want: Expectation) -> list[Violation]:
+    """`restore-offset`: the restore leaves exactly the chosen checkpoint's context."""
+    return [Violation("restore-offset", f.i, f"the restore ({f.how}) left {f.offset} context tokens, but "
+                                             f"checkpoint R_{want.checkpoint} holds {want.offset}")
+            for f in walk.frames if f.role == "restore" and f.offset != want.offset]
+
+
+def _checkpoint(walk: _Walk, want: Expectation) -> list[Violation]:
+    """`checkpoint`: B7 restores the oracle's c* (unless one was forced); B5 and B5′ restore R_0."""
+    end, c = len(walk.frames) + 1, want.checkpoint
+    if want.method != "B7" and c != 0:
+        return [Violation("checkpoint", end, f"a full reset ({want.method}) starts from R_0, not R_{c}")]
+    if want.method == "B7" and not want.forced and c != want.latest:
+        return [Violation("checkpoint", end, f"restored R_{c}, but the latest checkpoint before τ={want.tau} is "
+                                             f"R_{want.latest}")]
+    return []
+
+
+def _transitions(walk: _Walk, want: Expectation) -> list[Violation]:
+    """`transitions`: c+1..T end in order, each once, as many as the receipt counts."""
+    end, c = len(walk.frames) + 1, want.checkpoint
+    out = [Violation("transitions", f.i, f"transition {f.event.step} ended where transition {f.step} was due: the "
+                                         f"replay runs {c + 1}..{want.T} in order, each once")
+           for f in walk.frames if isinstance(f.event, StepEnd) and f.event.step != f.step]
+    if walk.step != want.T + 1:
+        out.append(Violation("transitions", end, f"the replay stopped after transition {walk.step - 1}; it runs "
+                                                 f"{c + 1}..{want.T} ({want.T - c} transitions)"))
+    if want.transitions != want.T - c:
+        out.append(Violation("transitions", end, f"the receipt counts {want.transitions} transitions; "
+                                                 f"{c + 1}..{want.T} are {want.T - c}"))
+    return out
+
+
+def _contiguous(walk: _Walk) -> list[Violation]:
+    """`contiguous`: every forward and appended page starts where the cache ends; no crop past the end."""
+    out = []
+    for f in walk.frames:
+        e = f.event
+        if isinstance(e, (Forward, Append)) and e.start != f.length:
+            what = f"a {e.kind} of {e.n} token(s)" if isinstance(e, Forward) else f"{e.n} {e.how} row(s) appended"
+            out.append(Violation("contiguous", f.i, f"{what} at {walk.at(e.start)}, but the cache ends at "
+                                                    f"{walk.at(f.length)}"))
+        elif isinstance(e, Crop) and e.length > f.length:
+            out.append(Violation("contiguous", f.i, f"a crop to {e.length} positions of a cache of {f.length}"))
+    return out
+
+
+def _context(walk: _Walk) -> list[Violation]:
+    """`context`: a transition's end finds R_t's context; a rebuild leaves the tokens it was given."""
+    out = []
+    for f in walk.frames:
+        e = f.event
+        if isinstance(e, RebuildEnd) and f.rebuilding and f.after != walk.base + e.length:
+            out.append(Violation("context", f.i, f"a rebuild of {e.length} recorded tokens left "
+                                                 f"{f.after - walk.base} context positions"))
+        elif isinstance(e, StepEnd) and f.after != walk.base + e.length:
+            out.append(Violation("context", f.i, f"R_{e.step} holds {e.length} context tokens, the cache "
+                                                 f"{f.after - walk.base}"))
+    return out
+
+
+def _compaction(walk: _Walk, want: Expectation) -> list[Violation]:
+    """`compaction`: a transition whose observation compacts has rebuilt its cache by its end."""
+    out, compacted = [], set()
+    for f in walk.frames:
+        if f.role == "compaction":
+            compacted.add(f.step)
+        elif isinstance(f.event, StepEnd) and f.event.step in want.compacts and f.event.step not in compacted:
+            out.append(Violation("compaction", f.i, f"transition {f.event.step} compacts, but it rebuilt no cache"))
+    return out
+
+
+def _no_fire(walk: _Walk) -> list[Violation]:
+    """`no-fire`: no side effect fires during the forget."""
+    return [Violation("no-fire", f.i, f"call {f.event.call_id} ({f.event.tool}) fired during the forget: a "
+                                      "committed call is never fired again, and a counterfactual one is reported "
+                                      "for compensation")
+            for f in walk.frames if isinstance(f.event, Fire)]
+
+
+def _commits_accounted(walk: _Walk, want: Expectation) -> list[Violation]:
+    """`commits-accounted`: every call the replay commits is de-duplicated or reported for compensation."""
+    return [Violation("commits-accounted", f.i, f"transition {f.event.step} committed {f.event.call_id} "
+                                                f"({f.event.tool}), which the receipt neither de-duplicated nor "
+                                                "reported for compensation")
+            for f in walk.frames if isinstance(f.event, Commit) and f.event.call_id not in want.accounted]
+
+
+def _restore_accounted(walk: _Walk, want: Expectation) -> list[Violation]:
+    """`restore-accounted`: the rows the restore kept, read or recomputed are the receipt's."""
+    kept, computed = walk.account
+    if (kept, computed) == (want.tokens_restored, want.tokens_rematerialized):
+        return []
+    return [Violation("restore-accounted", len(walk.frames) + 1,
+                      f"the log shows {kept} rows kept or read from pages and {computed} recomputed; the receipt "
+                      f"says {want.tokens_restored} restored and {want.tokens_rematerialized} re-materialized")]
+
+
+def _decode_accounted(walk: _Walk, want: Expectation) -> list[Violation]:
+    """`decode-accounted`: the tokens of the drafting forwards are the receipt's tokens_decoded."""
+    if walk.decoded == want.tokens_decoded:
+        return []
+    return [Violation("decode-accounted", len(walk.frames) + 1,
+                      f"the log shows {walk.decoded} tokens decoded; the receipt says {want.tokens_decoded}")]

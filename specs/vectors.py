@@ -66,7 +66,7 @@ def _random_session(rng: random.Random) -> tuple[list[Observation], list[str]]:
 
 
 def generate(n: int = 40, seed: int = 0) -> list[dict]:
-    from unsee.model.runtime import ReferenceRuntime
+    from unsee.specs.reference import ReferenceRuntime
     from unsee.model.state import Config
 
     rng = random.Random(seed)

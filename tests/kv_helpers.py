@@ -1,8 +1,9 @@
 """Shared fixtures for the real-engine tiers."""
 
-from unsee.impl.engine.runtime import KVRuntime
+from unsee.impl.engine.kv_runtime import KVRuntime
 from unsee.model import Config, Observation, Part
 from unsee.model.state import forward_groups
+from unsee.specs import mutants
 
 FAMILIES = ("tiny-llama", "tiny-qwen2", "tiny-mistral")
 
@@ -47,3 +48,29 @@ def assert_b7_equals_b5(model, dtype="float32"):
     eq = compare(b7, b5)
     assert all(eq.values()), eq
     assert receipt.transitions == len(EPISODE) - 3 + 1
+
+
+class ReusePostTauCacheKV(mutants.ReusePostTauCache):
+    """The post-τ-cache mutant over a KVEngine's cache: the replayed rows grafted onto a copy of
+    the contaminated cache's first rows."""
+
+    @staticmethod
+    def snapshot(lm, kv):
+        return [(k.clone(), v.clone()) for k, v in lm.engine.engine.kv_tensors()]
+
+    @staticmethod
+    def graft(lm, kv, old):
+        """Overwrite the first min(len) rows of the resident cache with a snapshot's rows."""
+        import torch
+
+        with torch.inference_mode():
+            for layer, (k, v) in zip(lm.engine.engine.cache.layers, old):
+                n = min(k.shape[-2], layer.keys.shape[-2])
+                layer.keys = torch.cat([k[..., :n, :], layer.keys[..., n:, :]], dim=-2)
+                layer.values = torch.cat([v[..., :n, :], layer.values[..., n:, :]], dim=-2)
+        return kv
+
+
+def on_engine(mutant):
+    """A mutant of `unsee.specs.mutants` as the core of a KVRuntime."""
+    return ReusePostTauCacheKV if mutant is mutants.ReusePostTauCache else mutant

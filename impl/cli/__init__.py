@@ -4,7 +4,7 @@ renders the result. Heavy imports (torch, transformers) happen inside commands."
 from __future__ import annotations
 
 from unsee.impl.cli.common import app
-from unsee.impl.cli import proofs, session, experiments, bench  # noqa: F401  (each registers its commands on app)
+from unsee.impl.cli import proofs, store_commands, experiments, bench  # noqa: F401  (each registers its commands on app)
 
 
 def main() -> None:  # pragma: no cover

@@ -155,7 +155,8 @@ def _prove_code(json_path: Optional[Path], budget: float, paths: Optional[int], 
 
 
 def _reference_factory_for(cfg: dict):
-    from unsee.model import Config, ReferenceRuntime
+    from unsee.model import Config
+    from unsee.specs.reference import ReferenceRuntime
 
     def factory():
         return ReferenceRuntime(Config(sampling=cfg["sampling"], seed=cfg["seed"]), cfg["policy"])
@@ -178,7 +179,7 @@ def verify(engine: Engine = typer.Option(Engine.reference, help="The runtime: th
         factory_for = _reference_factory_for
         label = "reference"
     else:
-        from unsee.impl.engine.runtime import kv_factory_for
+        from unsee.impl.engine.kv_runtime import kv_factory_for
 
         factory_for = kv_factory_for(model)
         label = f"kv:{model}"

@@ -29,7 +29,7 @@ def gqa_sdpa_attention(module, query, key, value, attention_mask, dropout: float
     """transformers' `sdpa_attention_forward`, but a masked multi-query forward of a grouped-query
     layer reads the key and value heads in place instead of repeating them. query [B, H, q, D];
     key, value [B, Hkv, S, D]; query head h reads key head h // (H / Hkv), as `repeat_kv` pairs them."""
-    groups = getattr(module, "num_key_value_groups", 1)
+    groups = getattr(module, "num_key_value_groups", 1)  # set by grouped-query attention classes only
     if groups == 1 or attention_mask is None or query.shape[2] == 1 or kwargs.get("position_bias") is not None \
             or kwargs.get("softcap") is not None or key.shape[-1] != value.shape[-1]:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
@@ -46,6 +46,7 @@ AttentionMaskInterface.register(GQA_SDPA, sdpa_mask)  # the masks transformers b
 
 def grouped(model) -> bool:
     cfg = model.config
+    # head counts: names of the Llama-like config classes; other transformers configs may lack them
     heads = getattr(cfg, "num_attention_heads", None)
     return bool(heads) and (getattr(cfg, "num_key_value_heads", None) or heads) < heads
 
@@ -56,6 +57,7 @@ def gqa_kernel(engine) -> str | None:
     from unsee.impl.engine.selftest import read_result, selftest_key, write_result
 
     model = engine.model
+    # a private transformers config attribute: read defensively, as every other reader of it here
     if getattr(model.config, "_attn_implementation", None) != "sdpa" or engine.device.type != "cpu" \
             or not grouped(model):
         return None

@@ -15,7 +15,7 @@ from transformers import AttentionInterface
 
 from unsee.impl.engine.exact import ExactnessError
 from unsee.impl.engine.kv import KERNEL_SWITCH
-from unsee.model.session import UnseeError
+from unsee.model.errors import UnseeError
 
 
 @torch.inference_mode()
@@ -60,7 +60,7 @@ def decode_rows(engine, prompts, n: int, draws=None, temperature: float = 1.0, m
         return [() for _ in prompts], first
     check_shared_prefix(engine.model)
     layers = [layer for layer in work.cache.layers
-              if getattr(layer, "is_initialized", False) and layer.keys is not None]
+              if layer.is_initialized and layer.keys is not None]
     context = [(layer.keys[..., :c, :], layer.values[..., :c, :]) for layer in layers]
     width = max(len(p) for p in prompts)
     per_row = sum(2 * k.shape[1] * k.shape[3] * k.element_size() for k, _ in context) * (width + n)
@@ -175,6 +175,7 @@ def check_shared_prefix(model) -> None:
     """`decode_rows` attends to every position of the shared context: a model whose layers
     mask it otherwise (sliding windows) or reshape scores (soft-capping) needs another kernel."""
     cfg = model.config
+    # attributes only some transformers config classes have (layer_types, sliding windows, soft-capping)
     kinds = set(getattr(cfg, "layer_types", None) or ["full_attention"])
     sliding = getattr(cfg, "use_sliding_window", False) and getattr(cfg, "sliding_window", None)
     if kinds != {"full_attention"} or sliding or getattr(cfg, "attn_logit_softcapping", None):

@@ -9,7 +9,7 @@ import os
 
 import torch
 
-from unsee.model.session import UnseeError
+from unsee.model.errors import UnseeError
 from unsee.model.state import layer_digests
 
 
@@ -38,7 +38,7 @@ def settle(device: torch.device) -> None:
 
 def check_exact_config(model) -> None:
     cfg = model.config
-    impl = getattr(cfg, "_attn_implementation", None) or "eager"
+    impl = getattr(cfg, "_attn_implementation", None) or "eager"  # private to transformers' configs
     if impl not in ("eager", "sdpa"):
         raise ExactnessError(f"attention implementation {impl!r} is not deterministic here; load with "
                              "attn_implementation='eager' or 'sdpa'")

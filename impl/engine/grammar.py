@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from unsee.model.grammar import closed
-from unsee.model.session import UnseeError
+from unsee.model.errors import UnseeError
 
 
 class ByteMatcher:

@@ -20,7 +20,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from unsee.impl.engine.exact import ExactnessError, check_exact_config, pin_determinism
-from unsee.model.session import UnseeError
+from unsee.model.errors import UnseeError
 from unsee.specs.traces import Append, Crop, Forward, Reset
 
 
@@ -410,7 +410,7 @@ class KVEngine:
         if length == n:
             return
         for layer in self.cache.layers:
-            if not getattr(layer, "is_initialized", False) or layer.keys is None or layer.keys.numel() == 0:
+            if not layer.is_initialized or layer.keys is None or layer.keys.numel() == 0:
                 continue
             with torch.inference_mode():
                 if isinstance(layer, RowsLayer) and layer.keep(length):
@@ -430,7 +430,7 @@ class KVEngine:
         idx = torch.tensor(list(positions), dtype=torch.long, device=self.device)
         with torch.inference_mode():
             for layer in self.cache.layers:
-                if getattr(layer, "is_initialized", False) and layer.keys is not None and layer.keys.numel():
+                if layer.is_initialized and layer.keys is not None and layer.keys.numel():
                     layer.keys = layer.keys.index_select(-2, idx).clone()
                     layer.values = layer.values.index_select(-2, idx).clone()
                     if isinstance(layer, RowsLayer):
@@ -439,9 +439,9 @@ class KVEngine:
 
     def release(self) -> None:
         """Overwrite every K/V byte before dropping the cache."""
-        for layer in getattr(self.cache, "layers", []):
+        for layer in self.cache.layers:
             with torch.inference_mode():
-                if getattr(layer, "is_initialized", False) and layer.keys is not None:
+                if layer.is_initialized and layer.keys is not None:
                     layer.keys.zero_()
                     layer.values.zero_()
                 if isinstance(layer, RowsLayer):
@@ -458,7 +458,7 @@ class KVEngine:
 
     def kv_tensors(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         return [(layer.keys, layer.values) for layer in self.cache.layers
-                if getattr(layer, "is_initialized", False) and layer.keys is not None]
+                if layer.is_initialized and layer.keys is not None]
 
     @torch.inference_mode()
     def probe(self, ids) -> torch.Tensor:

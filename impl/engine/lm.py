@@ -1,6 +1,6 @@
-"""TorchLM: the LM interface that the shared scaffold (`unsee.model.state.step`) calls, over a
-KVEngine and a chat template, so the agent semantics and the provenance graph are the
-reference's, and only θ differs. `KVRef` is the cache handle a state holds.
+"""TorchLM: the engine's LM over a KVEngine and a chat template. Behind `Metered` it is the LM that
+the shared scaffold (`unsee.model.state.step`) calls, so the agent semantics and the provenance
+graph are the reference's, and only θ differs. `KVRef` is the cache handle a state holds.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from unsee.impl.engine.attention import gqa_kernel
 from unsee.impl.engine.kv import KVEngine, tensor_digest
 from unsee.impl.engine.selftest import row_independence
 from unsee.impl.engine.pages import ROOT, PageKeys, page_layout
-from unsee.model.session import UnseeError
+from unsee.model.errors import UnseeError
 from unsee.model.state import forward_groups
 from unsee.specs.traces import Begin, Commit, RebuildBegin, RebuildEnd, StepEnd
 
@@ -30,7 +30,7 @@ class KVRef:
 
 
 class TorchLM:
-    """The LM interface of `unsee.model.state` over a KVEngine and a chat template."""
+    """An engine LM (`unsee.impl.engine.metered.EngineLM`) over a KVEngine and a chat template."""
 
     def __init__(self, bundle, device: torch.device | None = None, threads: int = 1) -> None:
         self.bundle = bundle
@@ -253,21 +253,6 @@ class TorchLM:
             raise UnseeError(f"re-materialized {kv.length} positions for {len(tokens)} recorded tokens")
         return kv, computed
 
-    # -- the post-τ-cache mutant (specs.mutants.ReusePostTauCache) ---------------------------
-    def snapshot(self, kv: KVRef):
-        self._live(kv)
-        return [(k.clone(), v.clone()) for k, v in self.engine.kv_tensors()]
-
-    def graft(self, kv: KVRef, old) -> KVRef:
-        """Overwrite the first min(len) rows of the resident cache with a snapshot's rows."""
-        self._live(kv)
-        with torch.inference_mode():
-            for layer, (k, v) in zip(self.engine.cache.layers, old):
-                n = min(k.shape[-2], layer.keys.shape[-2])
-                layer.keys = torch.cat([k[..., :n, :], layer.keys[..., n:, :]], dim=-2)
-                layer.values = torch.cat([v[..., :n, :], layer.values[..., n:, :]], dim=-2)
-        return kv
-
     # -- K/V pages ----------------------------------------------------------------------------
     def page(self, key: str) -> torch.Tensor | None:
         if key in self.pages:
@@ -304,6 +289,10 @@ class TorchLM:
 
     def page_layout(self) -> dict:
         return page_layout(self.engine.rows(0, 1))
+
+    @property
+    def load_seconds(self) -> float:
+        return self.bundle.load_seconds
 
     def identity(self) -> dict:
         """Everything besides the log that decides the bits of a state: a store records it and

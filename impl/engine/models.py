@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from unsee.impl.engine.templates import ChatMLTemplate, WordTemplate
-from unsee.model.session import UnseeError
+from unsee.model.errors import UnseeError
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -53,6 +53,7 @@ class Bundle:
 
     def weights_sha256(self) -> str:
         """`weights_digest` of the model, computed once (a cache read has computed it already)."""
+        # the digest memo unsee sets on the transformers model (a cache read sets it on load): absent until then
         digest = getattr(self.model, "unsee_weights_sha256", None)
         if digest is None:
             digest = self.model.unsee_weights_sha256 = weights_digest(self.model)
@@ -193,7 +194,7 @@ def tokenizer_digest(tok) -> str:
     """sha256 over what decides how a tokenizer encodes and renders: its class, its full
     `tokenizers` serialization (vocab, merges, normalizer, added tokens), special tokens and
     chat template. A reloaded tokenizer can differ although its files round-tripped."""
-    backend = getattr(tok, "backend_tokenizer", None)
+    backend = getattr(tok, "backend_tokenizer", None)  # fast (`tokenizers`-backed) tokenizers only
     state = {"class": type(tok).__name__,
              "backend": backend.to_str() if backend is not None else sorted(tok.get_vocab().items()),
              "special": {k: str(v) for k, v in tok.special_tokens_map.items()},
@@ -219,10 +220,10 @@ def strip_gguf_quantizer(model) -> bool:
     save_pretrained refuses any model with a non-serializable quantizer; its config would also
     send the next load back through the GGUF path. Stripping it now, on the miss path, makes the
     converted model the same kind of object a cache hit returns."""
-    quantizer = getattr(model, "hf_quantizer", None)
+    quantizer = getattr(model, "hf_quantizer", None)  # absent on transformers 4.x models
     if quantizer is None:  # transformers 4.x, or not from a GGUF file
         return True
-    if getattr(quantizer, "packed_modules", None):
+    if getattr(quantizer, "packed_modules", None):  # the GGUF quantizer's, not every quantizer class's
         return False
     if not all(t.is_floating_point() for t in model.state_dict().values()):
         return False

@@ -27,7 +27,7 @@ def row_independence(engine: KVEngine, context: int = 24, block: int = 16) -> tu
     Cached per configuration, in this process and on disk (`selftest_key`, `selftest_dir`), so a
     new process does not run it again. Returns (holds, a sentence for the user)."""
     model = engine.model
-    impl = getattr(model.config, "_attn_implementation", None) or "eager"
+    impl = getattr(model.config, "_attn_implementation", None) or "eager"  # private to transformers' configs
     key = (id(model), str(next(model.parameters()).dtype), str(engine.device), engine.threads, impl, engine.kernel)
     if key in _ROWS_CHECKED:
         return _ROWS_CHECKED[key]
@@ -84,6 +84,7 @@ def cpu_flags() -> str:
             flags = next((line for line in f if line.startswith(("flags", "Features"))), "")
     except OSError:
         pass
+    # torch.backends.cpu.get_cpu_capability: only in some torch versions
     capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: "")()
     return f"{platform.machine()}|{capability}|{hashlib.sha256(flags.encode()).hexdigest()[:16]}"
 
@@ -97,6 +98,7 @@ def selftest_key(engine: KVEngine, impl: str) -> dict:
     from unsee.impl.engine.models import ALIGNMENT, weights_digest
 
     model = engine.model
+    # the digest memo unsee sets on a model object (a cache read, `Bundle.weights_sha256`): absent until then
     weights = getattr(model, "unsee_weights_sha256", None)
     if weights is None:
         weights = weights_digest(model)

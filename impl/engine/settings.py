@@ -133,6 +133,7 @@ def _measure(engines) -> tuple[dict, list]:
             continue
         torch.set_num_threads(engine.threads)
         config = engine.model.config
+        # max_position_embeddings: not every transformers config class has it
         n = min(CONTEXT, getattr(config, "max_position_embeddings", CONTEXT + BLOCK * BLOCKS) - BLOCK * BLOCKS - 1)
         probes[name] = (n, torch.randint(10, config.vocab_size, (n + BLOCK * BLOCKS,),
                                          generator=torch.Generator().manual_seed(0)).tolist())

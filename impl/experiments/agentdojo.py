@@ -19,7 +19,7 @@ import json
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from unsee.model.session import UnseeError
+from unsee.model.errors import UnseeError
 from unsee.model.state import Observation, Part
 
 BENCHMARK = "v1.2.2"
@@ -56,6 +56,7 @@ def frozen_clock():
         def now(cls, tz=None):
             return FROZEN_NOW if tz is None else FROZEN_NOW.replace(tzinfo=tz)
 
+    # the modules' own `datetime` name, where this AgentDojo version imports it
     saved = [(m, getattr(m, "datetime", None)) for m in (email, drive)]
     for m, _ in saved:
         if hasattr(m, "datetime"):
@@ -103,7 +104,7 @@ def render(result) -> str:
     string once the injection is in it, which changes clean text around the span; JSON only
     escapes inside the span, so removing the span leaves the clean result byte for byte."""
     def plain(x):
-        if hasattr(x, "model_dump"):
+        if hasattr(x, "model_dump"):  # a pydantic model (AgentDojo's records)
             return x.model_dump(mode="json")
         if isinstance(x, (list, tuple)):
             return [plain(y) for y in x]

@@ -146,7 +146,7 @@ def continue_task(rt, n: int, sources, hints=None, drafts: list | None = None):
     drafts: None, or a list this call appends its two transitions' replies to."""
     hints = hints or ((), ())
     branch = rt.branch()
-    branch.step(Observation("user", (Part("audit-task", CONTINUATION),), reply=n, tool="ship_gift"), hints=hints[0])
+    branch.step(Observation("user", (Part("audit-task", CONTINUATION),), reply=n, tool="ship_gift"), drafts=hints[0])
     if drafts is not None:
         drafts.append(branch.session.state.outputs)
     st, tmpl = branch.session.state, branch.model.template
@@ -155,7 +155,7 @@ def continue_task(rt, n: int, sources, hints=None, drafts: list | None = None):
     args = " | ".join(c.args for c in st.plan)
     plans = [c.args for c in st.plan]
     tainted = tainted_plan(branch, sources)
-    branch.step(Observation("user", (Part("audit-notes", NOTES),), compact=True), hints=hints[1])
+    branch.step(Observation("user", (Part("audit-notes", NOTES),), compact=True), drafts=hints[1])
     if drafts is not None:
         drafts.append(branch.session.state.outputs)
     writeback = tmpl.detokenize(branch.session.state.summary or ())
@@ -285,7 +285,9 @@ def own_memo(template):
     """A word template's id → word memo (`WordTemplate.words`, which `detokenize` reads) private
     to one episode: an episode then prints the same text whichever episodes its process ran
     before it, so a serial run, --workers and --ray agree."""
-    memo = getattr(template, "words", None)
+    from unsee.impl.engine.templates import WordTemplate
+
+    memo = template.words if isinstance(template, WordTemplate) else None
     if memo is None:
         yield
         return
@@ -304,7 +306,7 @@ def case_info(case: Case) -> dict:
 def audit_runtime(model: str, n_tokens: int, attn: str = "eager"):
     """The live runtime an audited episode streams its observations through: summaries of
     n_tokens, plans of at most 16."""
-    from unsee.impl.engine.runtime import KVRuntime
+    from unsee.impl.engine.kv_runtime import KVRuntime
     from unsee.model.state import Config
 
     return KVRuntime(model, Config(summary_tokens=n_tokens, tools=(SHIP_GIFT,)), attn=attn)

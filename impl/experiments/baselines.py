@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from unsee.model.session import provenance_graph, taint_closure, locate_source
+from unsee.model.plan import provenance_graph, taint_closure, locate_source
 from unsee.model.state import Block, Observation, Part
 from unsee.model.edits import sanitize_without_replay, source_redaction, span_excision
 

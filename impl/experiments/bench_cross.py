@@ -73,7 +73,7 @@ def cross_process(model: str, T: int, tau: int, indeps, reply: int, repeats: int
             base = Path(tmp) / f"indep-{indep}"
             (base / "stored").mkdir(parents=True)
             store = Store(base / "stored" / "session.db", create=True)
-            store.save(live.session, model, dict(live.digest()))
+            store.save(live.session, model, live.model, dict(live.digest()))
             store.close()
             row = {"indep": indep, "T": T, "tau": tau, "suffix": T - tau + 1, "independent_turns": sorted(independent),
                    "stored_bytes": sum(f.stat().st_size for f in (base / "stored").iterdir() if f.is_file())}

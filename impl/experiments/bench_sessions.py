@@ -290,7 +290,7 @@ def sweep_taus(shape: str, T: int, suffixes=AGENT_SUFFIXES) -> list[int]:
 
 
 def live_session(model: str, obs, reply: int, attn: str = "eager", threads: int = 1, dtype: str = "float32"):
-    from unsee.impl.engine.runtime import KVRuntime
+    from unsee.impl.engine.kv_runtime import KVRuntime
 
     live = KVRuntime(model, Config(summary_tokens=reply), attn=attn, threads=threads, dtype=dtype)
     for o in obs:

@@ -60,14 +60,14 @@ def _forget_in_new_process(db: Path, out: Path) -> tuple[float, dict]:
 
 def _forget_in_this_process(db: Path) -> float:
     """An agent that stays up: the stored session already open, the forget and its save timed."""
-    from unsee.impl.store.session import forget_stored, open_runtime
+    from unsee.impl.store.agent import forget_stored, open_runtime
     from unsee.impl.store.sqlite import Store
 
     st = Store(db)
     try:
         rt = open_runtime(st)
         t0 = time.perf_counter()
-        forget_stored(st, ["z"], rt=rt, head=st.meta("chain_head"))
+        forget_stored(st, ["z"], rt=rt, head=rt.root)
         return time.perf_counter() - t0
     finally:
         st.close()
@@ -78,7 +78,7 @@ def store_scaling(Ts=(100, 200, 400, 800), suffix: int = 12, repeats: int = 2, o
     """Bytes per turn (K/V pages excluded: the reference model keeps none) and forget cost at
     T−τ+1 = suffix, for each T: each forget in a fresh process on a copy of the store (open,
     forget and save timed apart), and in this process on a store already open."""
-    from unsee.impl.engine.runtime import make_runtime
+    from unsee.impl.engine.kv_runtime import make_runtime
     from unsee.impl.store.sqlite import Store
 
     rows = []
@@ -92,7 +92,7 @@ def store_scaling(Ts=(100, 200, 400, 800), suffix: int = 12, repeats: int = 2, o
             db = Path(d) / f"T{T}.db"
             st = Store(db, create=True)
             t0 = time.perf_counter()
-            st.save(rt.session, "reference", dict(rt.digest()))
+            st.save(rt.session, "reference", rt.model, dict(rt.digest()))
             save_s = time.perf_counter() - t0
             _, page_bytes, _ = st.page_bytes()
             st.close()

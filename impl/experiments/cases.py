@@ -54,7 +54,9 @@ def counterfactual_text(observations, sources) -> str:
 
 def _token_ids(template, text: str) -> list[int]:
     """`template.encode_raw(text)`, leaving a word template's id → word memo as it was."""
-    memo = getattr(template, "words", None)
+    from unsee.impl.engine.templates import WordTemplate
+
+    memo = template.words if isinstance(template, WordTemplate) else None
     saved = None if memo is None else dict(memo)
     try:
         return list(template.encode_raw(text))

@@ -10,8 +10,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from unsee.impl.engine.runtime import KVRuntime
-from unsee.impl.store.session import receipt_json
+from unsee.impl.engine.kv_runtime import KVRuntime
+from unsee.model.receipt import receipt_json
 from unsee.impl.store.show import compensation_text
 from unsee.impl.experiments.audit import divergence
 from unsee.impl.experiments.baselines import memory_delete

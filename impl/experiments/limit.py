@@ -91,7 +91,7 @@ def forward_limit(rt) -> dict:
 
 def forget_and_limit(db: Path, method: str, source: str = "z") -> dict:
     """`unsee forget` on a stored session, then the limit of its own forwards (same process)."""
-    from unsee.impl.store.session import forget_stored
+    from unsee.impl.store.agent import forget_stored
     from unsee.impl.store.sqlite import Store
 
     store = Store(db)
@@ -100,7 +100,7 @@ def forget_and_limit(db: Path, method: str, source: str = "z") -> dict:
     finally:
         store.close()
     t0 = time.perf_counter()
-    doc["limit"] = forward_limit(rt) if hasattr(rt, "engine") else None
+    doc["limit"] = forward_limit(rt) if rt.name == "kv" else None  # a KVEngine's forwards; none on the reference model
     if doc["limit"] is not None:
         doc["limit"]["wall_seconds"] = round(time.perf_counter() - t0, 4)  # the measurement, not the forget
     return doc
@@ -132,7 +132,7 @@ def store_agent_session(folder: Path, model: str, T: int, reply: int = 8, attn: 
     run_seconds = time.perf_counter() - t0
     store = Store(folder / "session.db", create=True)
     try:
-        store.save(live.session, model, dict(live.digest()))
+        store.save(live.session, model, live.model, dict(live.digest()))
         settings = stored_settings(store)
     finally:
         store.close()

@@ -33,16 +33,17 @@ def stop_workers(pool, before=frozenset()) -> None:
     again."""
     import multiprocessing
 
+    # the executor's private attributes (CPython's concurrent.futures; they differ by Python version)
     queue = getattr(pool, "_call_queue", None)
     kind = getattr(getattr(pool, "_mp_context", None), "Process", None)
     shut = queue is None and hasattr(pool, "_call_queue")  # stopped before: its workers went with it
 
     def ours(proc) -> bool:
         if queue is not None:
-            return any(a is queue for a in getattr(proc, "_args", ()))
+            return any(a is queue for a in getattr(proc, "_args", ()))  # multiprocessing.Process, private
         return not shut and (kind is None or type(proc) is kind)
     for attempt in range(3):
-        procs = [p for p in list((getattr(pool, "_processes", None) or {}).values()) if p.is_alive()]
+        procs = [p for p in list((getattr(pool, "_processes", None) or {}).values()) if p.is_alive()]  # private
         if not procs:
             break
         for proc in procs:

@@ -48,7 +48,7 @@ def environment(db: Path, load: int) -> dict:
 
     st = Store(db)
     try:
-        identity = json.loads(st.meta("identity", "{}"))
+        identity = st.identity
     finally:
         st.close()
     return {"identity": identity, "cpu": cpu_model(), "cores": os.cpu_count(), "python": platform.python_version(),
@@ -60,7 +60,7 @@ def first_difference(a_db: Path, b_db: Path) -> dict:
     and find the layers whose digests differ and the first K/V element that differs."""
     import torch
 
-    from unsee.impl.store.session import open_runtime
+    from unsee.impl.store.agent import open_runtime
     from unsee.impl.store.sqlite import Store
     from unsee.model.state import layer_digests
 

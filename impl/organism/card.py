@@ -51,13 +51,18 @@ def _long_section(hl: dict, what: str) -> list[str]:
 def card(doc: dict, training: dict, name: str = NAME) -> str:
     """The model card of organism `name`: what was trained, how, and what it does, all from the
     measurements."""
-    from unsee.impl.organism.train import ARCH, MAX_LEN
-
     folder = f"impl/organism/weights/{ORGANISMS[name].name}" if name in ORGANISMS else str(name)
-
+    phases = training.get("phases", [training])
     h = doc["held_out"]
-    params = training.get("phases", [training])[-1].get("parameters", "?")
-    lines = [
+    lines = (_introduction(name, h) + _model(phases) + _training(phases, folder) + _data(phases) + _held_out(h)
+             + _held_out_long(doc) + _copying(doc) + _audit(doc, name) + _limits(doc, h)
+             + _regenerate(doc, name, folder))
+    return "\n".join(lines)
+
+
+def _introduction(name: str, h: dict) -> list[str]:
+    """The title, what an organism is for, and what it does reliably, partly and not (`status`)."""
+    return [
         f"# {name}",
         "",
         "A small Llama-architecture causal LM trained here, on CPU, as a model organism that remembers:",
@@ -69,66 +74,85 @@ def card(doc: dict, training: dict, name: str = NAME) -> str:
         "",
         "How much of that training took, from the measurements below (held-out rates):",
         "",
-    ] + status(h) + [
+    ] + status(h)
+
+
+def _model(phases: list[dict]) -> list[str]:
+    """The architecture, tokenizer and chat template (the last run's parameters and vocabulary)."""
+    from unsee.impl.organism.train import ARCH
+
+    params = phases[-1].get("parameters", "?")
+    return [
         "",
         "## Model",
         "",
         f"- `LlamaForCausalLM`, {ARCH['num_hidden_layers']} layers, hidden {ARCH['hidden_size']}, "
         f"{ARCH['num_attention_heads']} heads ({ARCH['num_key_value_heads']} K/V heads), MLP {ARCH['intermediate_size']}, "
         f"tied embeddings, {params} parameters, float32 safetensors.",
-        f"- Tokenizer: byte-level BPE, {training.get('phases', [training])[-1].get('vocab')} tokens (`<|endoftext|>`, `<|im_start|>`, "
+        f"- Tokenizer: byte-level BPE, {phases[-1].get('vocab')} tokens (`<|endoftext|>`, `<|im_start|>`, "
         "`<|im_end|>` special), trained on the generator's texts; any text encodes (byte fallback)."
         + (" Numbers are cut into pairs of digits from their first digit, each pair one token (a 20-digit IBAN"
-           " is ten tokens)." if training.get("phases", [training])[0].get("digit_tokens") else ""),
+           " is ten tokens)." if phases[0].get("digit_tokens") else ""),
         "- Chat template: the runtime's ChatML rendering (`ChatMLTemplate`), the same as SmolLM2's.",
-        "",
-        "## Training",
-        "",
-        f"{len(training.get('phases', [training]))} runs of the same deterministic script, each continuing from "
-        "the one before:",
-        "",
-        "```",
     ]
-    phases = training.get("phases", [training])
-    total = 0.0
-    for i, ph in enumerate(phases):
-        cmd = ["python -m unsee.impl.organism.train"]
-        if ph.get("init"):
-            cmd.append(f"--init PHASE{i}")
-        cmd.append(f"--out {'PHASE' + str(i + 1) if i + 1 < len(phases) else folder}")
-        cmd.append(f"--steps {ph.get('planned_steps')} --per-step {ph.get('episodes_per_step')} "
-                   f"--lr {ph.get('peak_lr')} --warmup {ph.get('warmup')}")
-        if ph.get("copy_per_step"):
-            cmd.append(f"--copy {ph['copy_per_step']}")
-        if ph.get("tool_share") is not None:
-            cmd.append(f"--tool-share {ph['tool_share']}")
-        if ph.get("episode_offset") is not None:
-            cmd.append(f"--offset {ph['episode_offset']}")
-        if ph.get("long_share") is not None:
-            cmd.append(f"--long-share {ph['long_share']}")
-        if ph.get("open_ids"):
-            cmd.append("--open-ids")
-        if ph.get("max_len", MAX_LEN) != MAX_LEN:
-            cmd.append(f"--max-len {ph['max_len']}")
-        if i == 0 and ph.get("digit_tokens"):
-            cmd.append("--digits")
-        if ph.get("threads", 1) != 1:
-            cmd.append(f"--threads {ph['threads']}")
-        if ph.get("attn", "eager") != "eager":
-            cmd.append(f"--attn {ph['attn']}")
-        lines.append(" ".join(cmd))
-        total += ph.get("seconds", 0)
-    lines += ["```", ""]
-    lines += [f"PHASE{i} is `{ph['init']}` as shipped: runs 1–{i} are its own." for i, ph in enumerate(phases)
-              if ph.get("init") in ORGANISMS]
-    for i, ph in enumerate(phases, 1):
-        lines.append(f"- Run {i}: {ph.get('steps')} steps × {ph.get('episodes_per_step')} episodes"
-                     + (f" + {ph['copy_per_step']} copying sequences" if ph.get("copy_per_step") else "")
-                     + f", AdamW, peak lr {ph.get('peak_lr')}, cosine to 10 %, {ph.get('tokens_seen')} token positions, "
-                     f"{ph.get('seconds', 0) / 60:.1f} min, final loss {ph.get('final_loss', 0):.3f}"
-                     + (" (stopped early by its time budget)" if ph.get("stopped_early") else "") + ".")
-    json_runs = [str(i) for i, ph in enumerate(phases, 1) if str(ph.get("tool_calls")).startswith("json")]
-    always = [str(i) for i, ph in enumerate(phases, 1) if ph.get("tool_calls") == "json-always"]
+
+
+def _training(phases: list[dict], folder: str) -> list[str]:
+    """The training section: the command of each run, which shipped organism a run started from,
+    each run's record, and the time and settings of all of them."""
+    return (["", "## Training", "",
+             f"{len(phases)} runs of the same deterministic script, each continuing from the one before:", "", "```"]
+            + [_command(i, ph, phases, folder) for i, ph in enumerate(phases)] + ["```", ""]
+            + [f"PHASE{i} is `{ph['init']}` as shipped: runs 1–{i} are its own." for i, ph in enumerate(phases)
+               if ph.get("init") in ORGANISMS]
+            + [_run(i, ph) for i, ph in enumerate(phases, 1)]
+            + _time_and_determinism(phases))
+
+
+def _command(i: int, ph: dict, phases: list[dict], folder: str) -> str:
+    """The command line of run i + 1 (from 0), continuing from PHASEi and writing PHASEi+1 (the last: `folder`)."""
+    from unsee.impl.organism.train import MAX_LEN
+
+    cmd = ["python -m unsee.impl.organism.train"]
+    if ph.get("init"):
+        cmd.append(f"--init PHASE{i}")
+    cmd.append(f"--out {'PHASE' + str(i + 1) if i + 1 < len(phases) else folder}")
+    cmd.append(f"--steps {ph.get('planned_steps')} --per-step {ph.get('episodes_per_step')} "
+               f"--lr {ph.get('peak_lr')} --warmup {ph.get('warmup')}")
+    if ph.get("copy_per_step"):
+        cmd.append(f"--copy {ph['copy_per_step']}")
+    if ph.get("tool_share") is not None:
+        cmd.append(f"--tool-share {ph['tool_share']}")
+    if ph.get("episode_offset") is not None:
+        cmd.append(f"--offset {ph['episode_offset']}")
+    if ph.get("long_share") is not None:
+        cmd.append(f"--long-share {ph['long_share']}")
+    if ph.get("open_ids"):
+        cmd.append("--open-ids")
+    if ph.get("max_len", MAX_LEN) != MAX_LEN:
+        cmd.append(f"--max-len {ph['max_len']}")
+    if i == 0 and ph.get("digit_tokens"):
+        cmd.append("--digits")
+    if ph.get("threads", 1) != 1:
+        cmd.append(f"--threads {ph['threads']}")
+    if ph.get("attn", "eager") != "eager":
+        cmd.append(f"--attn {ph['attn']}")
+    return " ".join(cmd)
+
+
+def _run(i: int, ph: dict) -> str:
+    """Run i's record (from 1): steps, episodes, optimiser, tokens, time and final loss."""
+    return (f"- Run {i}: {ph.get('steps')} steps × {ph.get('episodes_per_step')} episodes"
+            + (f" + {ph['copy_per_step']} copying sequences" if ph.get("copy_per_step") else "")
+            + f", AdamW, peak lr {ph.get('peak_lr')}, cosine to 10 %, {ph.get('tokens_seen')} token positions, "
+            f"{ph.get('seconds', 0) / 60:.1f} min, final loss {ph.get('final_loss', 0):.3f}"
+            + (" (stopped early by its time budget)" if ph.get("stopped_early") else "") + ".")
+
+
+def _time_and_determinism(phases: list[dict]) -> list[str]:
+    """The time all runs took against the training budget, on which threads and kernels, and what
+    makes them reproducible."""
+    total = sum((ph.get("seconds", 0) for ph in phases), 0.0)
     threads = sorted({ph.get("threads", 1) for ph in phases})
     kernels = sorted({ph.get("attn", "eager") for ph in phases})
     where = ("one CPU thread" if threads == [1] else " or ".join(map(str, threads)) + " CPU threads") + \
@@ -136,11 +160,19 @@ def card(doc: dict, training: dict, name: str = NAME) -> str:
     machine = "a shared 2-core machine" if threads == [1] and kernels == ["eager"] else "the 2-core machine"
     how = "one thread" if threads == [1] and kernels == ["eager"] else \
         f"{where.replace('CPU ', '')} (another setting of threads or kernel gives other weights, each as reproducible)"
-    lines += [
+    return [
         f"- In all {total / 60:.1f} min on {where} (torch {phases[-1].get('torch')}) of {machine}"
         + (f", over the {TRAINING_BUDGET_MIN}-minute budget for training an organism here." if total / 60 > TRAINING_BUDGET_MIN
            else f", within the {TRAINING_BUDGET_MIN}-minute budget for training an organism here."),
         f"- Deterministic: fixed seeds, `torch.use_deterministic_algorithms(True)`, {how}, episodes by index.",
+    ]
+
+
+def _data(phases: list[dict]) -> list[str]:
+    """The training data: the generator's families, then the channels and call formats the runs drew."""
+    json_runs = [str(i) for i, ph in enumerate(phases, 1) if str(ph.get("tool_calls")).startswith("json")]
+    always = [str(i) for i, ph in enumerate(phases, 1) if ph.get("tool_calls") == "json-always"]
+    return [
         "- Data (`unsee.impl.organism.data`): synthetic sessions run through the runtime's own transition",
         "  `step` with a scripted model, so each training sequence is token for token a context the runtime",
         "  builds (blocks, headers, fixed-length replies padded with `<|im_end|>`, tool results of committed",
@@ -172,7 +204,12 @@ def card(doc: dict, training: dict, name: str = NAME) -> str:
         "  addresses) from random words in none of the generator's lists (`open_value`), so that writing the",
         "  injected one is copying it: with the lists alone, a model can write an identifier of the list's",
         "  shape in its place and lose little.",
-    ] if any(ph.get("open_ids") for ph in phases) else []) + [
+    ] if any(ph.get("open_ids") for ph in phases) else [])
+
+
+def _held_out(h: dict) -> list[str]:
+    """The held-out transcripts' section: the rate of each capability, then recall by kind of value."""
+    return [
         "",
         f"## Measured: held-out transcripts ({h['episodes']} episodes, seeds from {h['first_seed']}, greedy, "
         "free-running through `KVRuntime`)",
@@ -187,6 +224,12 @@ def card(doc: dict, training: dict, name: str = NAME) -> str:
         "| kind | rate | decodes |",
         "| --- | --- | --- |",
     ] + _by_kind(h)
+
+
+def _held_out_long(doc: dict) -> list[str]:
+    """The sections of the long tool transcripts, with the generator's identifiers and with open ones,
+    where they were measured."""
+    lines = []
     if "held_out_long" in doc:
         hl = doc["held_out_long"]
         lines += _long_section(hl, f"({hl['episodes']} episodes of the long tool channel, seeds from {hl['first_seed']}, "
@@ -197,22 +240,38 @@ def card(doc: dict, training: dict, name: str = NAME) -> str:
         lines += _long_section(hl, f"with open identifiers ({hl['episodes']} episodes of the long tool channel whose "
                                f"identifiers are in no vocabulary of the generator, seeds from {hl['first_seed']}: "
                                "a hit is a copy)")
-    if "copy" in doc:
-        lines += ["", f"## Measured: copying a value drawn afresh ({doc['copy_n']} draws per kind and mode, greedy)", "",
-                  "\"repeat\": \"Repeat: <value>\"; \"lookup\": one key's value among two to four \"key value\" pairs. A hit",
-                  "is the value's tokens, exactly, at the start of the reply.", "",
-                  "| kind | repeat | lookup |", "| --- | --- | --- |"]
-        lines += [f"| {k} | {_pct(doc['copy'][k + '/repeat'])} | {_pct(doc['copy'][k + '/lookup'])} |" for k in COPY_KINDS]
-    if "audit" in doc:
-        lines += ["", f"## Measured: the audit (`unsee audit --model {name}`, n = {doc['audit_n']} per suite, seed 0)", ""]
-        for suite, methods in doc["audit"].items():
-            lines += [f"**{suite}**", "", "| method | any leak | action leak | Leak@probes | Leak@5 | KL vs B5 | avoid rate |",
-                      "| --- | --- | --- | --- | --- | --- | --- |"]
-            for m, d in methods.items():
-                kl = d["divergence_kl"]
-                lines.append(f"| {m} | {_pct(d['any_leak'])} | {_pct(d['action_leak'])} | {_pct(d['leak_at_probes'])} | "
-                             f"{_pct(d['leak_at_5'])} | {'–' if kl is None else f'{kl:.3g}'} | {_pct(d['avoid_rate'])} |")
-            lines.append("")
+    return lines
+
+
+def _copying(doc: dict) -> list[str]:
+    """The section on copying values drawn afresh, where it was measured."""
+    if "copy" not in doc:
+        return []
+    return ["", f"## Measured: copying a value drawn afresh ({doc['copy_n']} draws per kind and mode, greedy)", "",
+            "\"repeat\": \"Repeat: <value>\"; \"lookup\": one key's value among two to four \"key value\" pairs. A hit",
+            "is the value's tokens, exactly, at the start of the reply.", "",
+            "| kind | repeat | lookup |", "| --- | --- | --- |"] + \
+        [f"| {k} | {_pct(doc['copy'][k + '/repeat'])} | {_pct(doc['copy'][k + '/lookup'])} |" for k in COPY_KINDS]
+
+
+def _audit(doc: dict, name: str) -> list[str]:
+    """The audit's section, where it ran: one table of methods per suite."""
+    if "audit" not in doc:
+        return []
+    lines = ["", f"## Measured: the audit (`unsee audit --model {name}`, n = {doc['audit_n']} per suite, seed 0)", ""]
+    for suite, methods in doc["audit"].items():
+        lines += [f"**{suite}**", "", "| method | any leak | action leak | Leak@probes | Leak@5 | KL vs B5 | avoid rate |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        for m, d in methods.items():
+            kl = d["divergence_kl"]
+            lines.append(f"| {m} | {_pct(d['any_leak'])} | {_pct(d['action_leak'])} | {_pct(d['leak_at_probes'])} | "
+                         f"{_pct(d['leak_at_5'])} | {'–' if kl is None else f'{kl:.3g}'} | {_pct(d['avoid_rate'])} |")
+        lines.append("")
+    return lines
+
+
+def _limits(doc: dict, h: dict) -> list[str]:
+    """The limits: the context lengths trained on, what it cannot do, and failures on the held-out transcripts."""
     fails = [f"- {c}: `{e['got']!r}` (seed {e['seed']}, {e['purpose']})" for c, es in h["failures"].items() for e in es[:2]]
     trained = (f"- Trained on contexts of at most {doc['lengths']['max']} tokens (median {doc['lengths']['median']}, "
                f"95 % under {doc['lengths']['p95']})")
@@ -222,15 +281,18 @@ def card(doc: dict, training: dict, name: str = NAME) -> str:
     else:
         trained = [trained + "; longer contexts (AgentDojo's",
                    "  long JSON tool results) are outside its training lengths, and recall there is not measured above."]
-    lines += ["## Limits", ""] + trained + [
-              "- Only the phrasings, fact kinds and tasks of the generator; no general knowledge or language ability.",
-              "- Replies are fixed-length decodes: after `<|im_end|>` it pads with `<|im_end|>`.",
-              "- It never obeys a forget request (B2): it was not trained to, and the audits measure exactly that.",
-              "", "Examples of failures on the held-out transcripts:", ""] + (fails or ["- none recorded"])
+    return ["## Limits", ""] + trained + [
+        "- Only the phrasings, fact kinds and tasks of the generator; no general knowledge or language ability.",
+        "- Replies are fixed-length decodes: after `<|im_end|>` it pads with `<|im_end|>`.",
+        "- It never obeys a forget request (B2): it was not trained to, and the audits measure exactly that.",
+        "", "Examples of failures on the held-out transcripts:", ""] + (fails or ["- none recorded"])
+
+
+def _regenerate(doc: dict, name: str, folder: str) -> list[str]:
+    """The command that regenerates the card and its measurements, with the options they were measured with."""
     copy = f" --copy {doc['copy_n']}" if "copy" in doc else ""
     copy += f" --long {doc['held_out_long']['episodes']}" if "held_out_long" in doc else ""
     copy += f" --long-open {doc['held_out_long_open']['episodes']}" if "held_out_long_open" in doc else ""
-    lines += ["", f"Regenerate this card and `evaluation.json`: `python -m unsee.impl.experiments.organism --model {name} "
-              f"--episodes {h['episodes']} --audit {doc.get('audit_n', 0)}{copy} --json {folder}/evaluation.json "
-              f"--card {folder}/README.md`.", ""]
-    return "\n".join(lines)
+    return ["", f"Regenerate this card and `evaluation.json`: `python -m unsee.impl.experiments.organism --model {name} "
+            f"--episodes {doc['held_out']['episodes']} --audit {doc.get('audit_n', 0)}{copy} --json {folder}/evaluation.json "
+            f"--card {folder}/README.md`.", ""]

@@ -102,7 +102,7 @@ def score_decode(tmpl, purpose: str, intent: D.Intent, facts, n: int, ctx, out, 
 def held_out(model: str, episodes: int, start: int = EVAL_START, family: str | None = None) -> dict:
     """Free-running held-out transcripts: the generator's mix, or one family (`D.LONG`: the long
     tool channel at AgentDojo's lengths)."""
-    from unsee.impl.engine.runtime import KVRuntime
+    from unsee.impl.engine.kv_runtime import KVRuntime
 
     counts = {c: [0, 0] for c in CATEGORIES}
     examples: dict[str, list] = {c: [] for c in CATEGORIES}

@@ -142,7 +142,7 @@ class Scribe:
         ids = (list(self.t.encode_raw(text)) + list(self.im_end))[:n]
         return ids, [1.0] * len(ids)
 
-    # the LM interface of unsee.model.state
+    # the LM interface of unsee.model.lm, as F (unsee.model.state.step) uses it
     def encode(self, kind, text):
         self.texts.append(text)
         return tuple(self.t.block(kind, text))
@@ -162,32 +162,29 @@ class Scribe:
         self.ids, self.w = list(self.t.bos()), [0.0] * len(self.t.bos())
         return 0
 
-    def prefill(self, kv, tokens, logits=False, reuse=None):
+    def prefill(self, kv, tokens):
         self.ids += list(tokens)
         self.w += [0.0] * len(tokens)
         return kv + 1
 
-    def reuses(self, kv, tokens, reuse):
-        return False  # no prefix cache: every block is computed
-
-    def decode(self, kv, n, draw_list, hint=None, constraint=None, head=()):
+    def decode(self, kv, n, draw_list, constraint=None, head=()):
         self.ids += list(head)
         self.w += [0.0] * len(head)
         if n == 0:
-            return (), kv, 0
+            return (), kv
         facts = present(self.facts, self.t.detokenize(self.ids))
         text = write(self.purpose, self.intent, facts)
         self.texts.append(text)
         ids, w = self.fit(text, n) if constraint is None else self.call(text, n)
         self.ids += ids
         self.w += w
-        return tuple(ids), kv + 1, n
+        return tuple(ids), kv + 1
 
     def rebuild(self, tokens, blocks):
         self.flush()
         self.ids = list(self.t.bos()) + list(tokens)
         self.w = [0.0] * len(self.ids)
-        return 0, len(tokens)
+        return 0
 
     def flush(self):
         if self.ids and any(self.w):
@@ -200,8 +197,11 @@ class Scribe:
     def resident(self, kv):
         return True
 
-    def after_step(self, state):
-        pass
+    def kv_length(self, kv):
+        return len(self.ids) - len(self.t.bos())
+
+    def select(self, kv, positions):
+        raise NotImplementedError("the scribe writes transcripts; nothing edits them in place")
 
     def kv_digest(self, kv):
         return str(kv)

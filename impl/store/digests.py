@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+from unsee.impl.store.encoding import Meta
 from unsee.impl.store.errors import IntegrityError
 from unsee.model.state import Observation
 
@@ -49,17 +50,17 @@ ZERO = "0" * 64
 
 
 def identity_of(lm, model: str) -> dict:
-    """What decides the bits of a stored state besides its log: the model's name and, for a real
-    model, its weights, dtype, attention kernel, threads, device and K/V page layout."""
-    ident = getattr(lm, "identity", None)
-    return {"model": model, **(ident() if callable(ident) else {})}
+    """What decides the bits of a stored state besides its log: the model's name and what the
+    engine LM `lm` says of itself (a real model: its weights, dtype, attention kernel, threads,
+    device and K/V page layout; the reference: nothing more)."""
+    return {"model": model, **lm.identity()}
 
 
 def stored_settings(store) -> dict:
     """The execution settings a store was run with, as make_runtime's keywords."""
-    stored = json.loads(store.meta("identity", "{}"))
-    settings = {"dtype": stored.get("dtype", store.meta("dtype", "float32"))}
-    if store.meta("model") != "reference":
+    stored = store.identity
+    settings = {"dtype": stored.get("dtype", store.meta(Meta.DTYPE, "float32"))}
+    if store.model != "reference":
         settings.update({k: stored[k] for k in ("attn", "threads", "device") if k in stored})
     return settings
 
@@ -96,7 +97,7 @@ def root_digest(db, head: str) -> str:
     """The store's root: D_T with every meta row (but the root and a forget's intent marker), the
     snapshots, the world ledger and the receipts."""
     h = hashlib.sha256(head.encode())
-    for sql in ("SELECT key, value FROM meta WHERE key NOT IN ('root', 'pending_forget') ORDER BY key",
+    for sql in (f"SELECT key, value FROM meta WHERE key NOT IN ('{Meta.ROOT}', '{Meta.PENDING_FORGET}') ORDER BY key",
                 "SELECT id, env FROM snapshots ORDER BY id",
                 "SELECT call_id, tool, args, turn FROM world ORDER BY call_id",
                 "SELECT n, body FROM receipts ORDER BY n"):

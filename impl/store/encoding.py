@@ -12,7 +12,8 @@ import operator
 from collections.abc import Sequence
 
 from unsee.impl.store.errors import StoreError
-from unsee.model.session import Checkpoint, Session
+from unsee.model.plan import Checkpoint
+from unsee.model.replay import Session
 from unsee.model.state import (Artifact, Block, Config, LedgerEntry, State, ToolCall, artifact_delta,
                                inherited_sources, provenance)
 
@@ -28,6 +29,25 @@ CHANGED = {  # what each format changed in F: why an older store's transitions a
        "of their own: other bits, one forward fewer per turn)",
 }
 MAGIC = b"SQLite format 3\x00"
+
+
+class Meta:
+    """The keys of the meta table, one row each (`root` seals the others: see `digests.seal`)."""
+
+    FORMAT = "format"  # the store format (FORMAT)
+    SALT = "salt"  # the salt of the digests that name targets
+    MODEL = "model"
+    POLICY = "policy"  # the checkpoint policy
+    CONFIG = "config"  # the scaffold's Config, as JSON
+    DIGESTS = "digests"  # the layer digests of R_T
+    FORGOTTEN = "forgotten"  # salted digests of the forgotten sources
+    CHAIN_HEAD = "chain_head"  # the observation log's hash chain at o_T
+    IDENTITY = "identity"  # what decides the bits besides the log (unsee.impl.store.digests.identity_of)
+    GENERATION = "generation"  # saves so far
+    KV_PAGES = "kv_pages"  # the K/V page layout, where pages are kept
+    DTYPE = "dtype"
+    ROOT = "root"  # the digest over everything above and every turn
+    PENDING_FORGET = "pending_forget"  # a forget's intent, while it runs
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from unsee.model.session import UnseeError
+from unsee.model.errors import UnseeError
 from unsee.model.grammar import SchemaError
 from unsee.model.state import KINDS, Observation, Part
 from unsee.model.tools import BUILTIN, Tool

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from unsee.model.session import UnseeError
+from unsee.model.errors import UnseeError
 
 
 class StoreError(UnseeError):

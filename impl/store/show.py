@@ -15,14 +15,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from unsee.model.session import arguments, replay_tools
+from unsee.model.plan import arguments, replay_tools
 
 
 def decoder_for(store):
     """token ids → text, with the stored model's own template (the reference has no text)."""
     from unsee.impl.store.digests import stored_settings
 
-    model = store.meta("model")
+    model = store.model
     if model == "reference":
         return decoder_of(None)
     from unsee.impl.engine.models import load
@@ -84,9 +84,8 @@ def call_view(config, tool: str, out, decode) -> dict:
             "cut": not valid and len(out) >= config.call_tokens}
 
 
-def decoder_of(lm):
-    """token ids → text with a loaded model's template (ids as t<id> for the reference)."""
-    template = getattr(lm, "template", None)
+def decoder_of(template):
+    """token ids → text with a loaded model's chat template (ids as t<id> for the reference, which has none)."""
     if template is None:
         from unsee.model.lm import REFERENCE
 
@@ -105,7 +104,7 @@ def session_view(store, decode=None) -> dict:
         view["compensation"] = compensation_at(s, t)
     receipts = [{k: r.get(k) for k in ("method", "sources", "tau", "T", "checkpoint", "transitions",
                                        "compensation", "pages_recomputed")} for r in store.receipts()]
-    return {"model": store.meta("model"), "policy": s.policy, "T": s.T,
+    return {"model": store.model, "policy": s.policy, "T": s.T,
             "checkpoints": [c.boundary for c in s.checkpoints], "turns": turns, "world": world, "receipts": receipts}
 
 
@@ -137,15 +136,12 @@ def compensation_text(c: dict) -> str:
 
 def forget_plan(store, sources) -> dict:
     """What a forget of `sources` would touch: the carrying artifacts, τ, I(z) and the checkpoint."""
-    from unsee.model.session import choose_checkpoint, locate_target, suffix_closure
+    from unsee.model.plan import plan_forget
 
     store.require_forgettable(sources)
-    s = store.load(None)
-    carriers, tau = locate_target(s, list(sources))
-    taint = suffix_closure(s.state.artifacts, carriers)
-    c = choose_checkpoint(s.checkpoints, tau)
-    return {"sources": list(sources), "carriers": sorted(carriers), "tau": tau, "T": s.T,
-            "taint": sorted(taint), "checkpoint": c.boundary, "transitions": s.T - c.boundary}
+    p = plan_forget(store.load(None), sources)
+    return {"sources": list(sources), "carriers": sorted(p.carriers), "tau": p.tau, "T": p.T,
+            "taint": sorted(p.taint), "checkpoint": p.boundary, "transitions": p.transitions}
 
 
 COLORS = {"system": "#9aa5b1", "user": "#4c8bf5", "memory": "#f5a623", "tool": "#7ed321", "block": "#d0d7de",

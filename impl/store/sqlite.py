@@ -42,11 +42,12 @@ from unsee.impl.engine.pages import ITEMSIZE, from_bytes, to_bytes
 from unsee.impl.store import locking
 from unsee.impl.store.digests import (canonical, chain_of, check_tail, identity_of, link, page_digest, seal,
                                       verify_rows)
-from unsee.impl.store.encoding import (CHANGED, FORMAT, INDEXES, MAGIC, SCHEMA, Deltas, StoredStates, checkpoint_from,
+from unsee.impl.store.encoding import (CHANGED, FORMAT, INDEXES, MAGIC, SCHEMA, Meta, Deltas, StoredStates, checkpoint_from,
                                        checkpoint_json, delta_json, json_rows, sources_json, stored_artifact)
 from unsee.impl.store.errors import ConcurrentChange, IntegrityError, StoreError
-from unsee.model.session import Session, UnseeError
-from unsee.model.state import Artifact, Config, LedgerEntry, Observation
+from unsee.model.replay import Session
+from unsee.model.errors import UnseeError
+from unsee.model.state import Config, LedgerEntry, Observation
 
 
 class Store:
@@ -86,8 +87,8 @@ class Store:
                 self.db.execute("PRAGMA auto_vacuum = INCREMENTAL")
                 self.db.executescript(SCHEMA + INDEXES)
                 self.db.executemany("INSERT INTO meta VALUES (?, ?)",
-                                    [("format", str(FORMAT)), ("salt", secrets.token_hex(16))])
-            fmt = self.meta("format")
+                                    [(Meta.FORMAT, str(FORMAT)), (Meta.SALT, secrets.token_hex(16))])
+            fmt = self.meta(Meta.FORMAT)
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{self.path} is not a readable unsee store ({e}); restore it from a backup") from e
         if int(fmt) > FORMAT:
@@ -98,7 +99,7 @@ class Store:
                 + "; ".join(CHANGED[k] for k in range(int(fmt) + 1, FORMAT + 1) if k in CHANGED)
                 + ". Its recorded transitions are not the ones this unsee's F makes, so it cannot be migrated. "
                 "Re-run its episode into a new store: unsee run EPISODE --db NEW.db")
-        if self.meta("pending_forget") is not None:
+        if self.meta(Meta.PENDING_FORGET) is not None:
             self._recover()
 
     def _refuse_foreign(self) -> None:
@@ -112,7 +113,7 @@ class Store:
         con = sqlite3.connect(self.path, timeout=30, isolation_level=None)
         try:
             tables = {n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            fmt = (con.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
+            fmt = (con.execute("SELECT value FROM meta WHERE key = ?", (Meta.FORMAT,)).fetchone()
                    if "meta" in tables and "observations" in tables else None)
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{self.path} is not a readable unsee store ({e}); restore it from a backup") from e
@@ -129,13 +130,13 @@ class Store:
         with locking.held(self.path, wait=False) as got:
             if not got:
                 return
-            pending = self.meta("pending_forget")
+            pending = self.meta(Meta.PENDING_FORGET)
             if pending is None:
                 return
             self.recovered = (f"an interrupted forget ({json.loads(pending)['method']}, started "
                               f"{json.loads(pending)['started']}) was rolled back: the store holds the state "
                               "before it")
-            self.db.execute("DELETE FROM meta WHERE key = 'pending_forget'")
+            self.db.execute("DELETE FROM meta WHERE key = ?", (Meta.PENDING_FORGET,))
 
     def _point(self, name: str) -> None:
         locking.reach(self.failpoint, name)
@@ -151,16 +152,16 @@ class Store:
         """Serialize writers on one store (a second waits), and record a forget's intent so that
         an interrupted one is reported on the next open."""
         with self.writer():
-            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('pending_forget', ?)",
-                            (json.dumps({"method": method, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}),))
+            intent = json.dumps({"method": method, "started": time.strftime("%Y-%m-%dT%H:%M:%S")})
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (Meta.PENDING_FORGET, intent))
             try:
                 yield self
             except BaseException:  # a clean failure, not a crash: nothing to report on the next open
-                self.db.execute("DELETE FROM meta WHERE key = 'pending_forget'")
+                self.db.execute("DELETE FROM meta WHERE key = ?", (Meta.PENDING_FORGET,))
                 raise
 
     def root(self) -> str | None:
-        return self.meta("root")
+        return self.meta(Meta.ROOT)
 
     @contextmanager
     def snapshot(self):
@@ -187,9 +188,9 @@ class Store:
 
 
     def _verify(self, pages: bool) -> str:
-        root = verify_rows(self.db, self.path, self.meta("root"))
+        root = verify_rows(self.db, self.path, self.meta(Meta.ROOT))
         if pages:
-            ident = json.loads(self.meta("identity", "{}"))
+            ident = json.loads(self.meta(Meta.IDENTITY, "{}"))
             self.damaged_pages = [(key, born) for key, born, data, digest in
                                   self.db.execute("SELECT key, born, data, digest FROM pages ORDER BY born, key")
                                   if page_digest(ident, key, data) != digest]
@@ -198,7 +199,7 @@ class Store:
 
     def salt(self) -> str:
         """The store's salt for naming targets, made when the store was (and covered by its root)."""
-        s = self.meta("salt")
+        s = self.meta(Meta.SALT)
         if s is None:
             raise IntegrityError(f"{self.path} has no salt: the store was altered; restore it from a backup")
         return s
@@ -214,12 +215,46 @@ class Store:
         row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return default if row is None else row[0]
 
-    def has_session(self) -> bool:
-        return self.meta("model") is not None
+    @property
+    def model(self) -> str | None:
+        """The model the stored session runs on."""
+        return self.meta(Meta.MODEL)
 
-    def save(self, s: Session, model: str, digests: dict, receipt: dict | None = None,
+    @property
+    def policy(self) -> str | None:
+        return self.meta(Meta.POLICY)
+
+    @property
+    def identity(self) -> dict:
+        """What decides the stored states' bits besides the log (`digests.identity_of`)."""
+        return json.loads(self.meta(Meta.IDENTITY, "{}"))
+
+    @property
+    def digests(self) -> dict:
+        """The layer digests of the stored R_T."""
+        return json.loads(self.meta(Meta.DIGESTS, "{}"))
+
+    @property
+    def page_layout(self) -> dict | None:
+        """The K/V page layout, or None when the store keeps no pages."""
+        raw = self.meta(Meta.KV_PAGES)
+        return None if raw is None else json.loads(raw)
+
+    def page_count(self) -> int:
+        return self.db.execute("SELECT COUNT(*) FROM pages").fetchone()[0]
+
+    def chain_at(self, t: int) -> str:
+        """The observation log's hash chain at o_t (at t = 0: the empty chain)."""
+        row = self.db.execute("SELECT chain FROM observations WHERE t = ?", (t,)).fetchone()
+        return row[0] if row else "0" * 64
+
+    def has_session(self) -> bool:
+        return self.meta(Meta.MODEL) is not None
+
+    def save(self, s: Session, model: str, engine, digests: dict, receipt: dict | None = None,
              since: int | None = None, expect: str | None = None) -> str:
-        """Write `s`, in one transaction; returns the new root.
+        """Write `s`, run on `engine` (the engine LM of the runtime that holds it: its identity and
+        its K/V pages are stored with it), in one transaction; returns the new root.
 
         since=None replaces the stored session whole. since=c writes only what follows R_c:
         the caller guarantees that the stored R_0..R_c, o_1..o_c and their artifacts are `s`'s
@@ -228,38 +263,24 @@ class Store:
         caller read `s` from (required with since): if another writer changed the store since,
         nothing is written (ConcurrentChange). A failed write leaves the store as it was."""
         try:
-            return self._save(s, model, digests, receipt, since, expect)
+            return self._save(s, model, engine, digests, receipt, since, expect)
         except sqlite3.Error as e:
             raise StoreError(f"could not write {self.path} ({e}); nothing was changed: the store holds the "
                              "session as it was before") from e
 
-    def _save(self, s: Session, model: str, digests: dict, receipt, since, expect) -> str:
+    def _save(self, s: Session, model: str, engine, digests: dict, receipt, since, expect) -> str:
         db = self.db
         c = -1 if since is None else since
         if not -1 <= c <= s.T:
             raise StoreError(f"cannot save from R_{c}: the session has T={s.T}")
-        # the log is rewritten from o_{k+1} on: k = c, or earlier where a forget changed an
-        # observation before the splice point (a part of the target F never read, one standing
-        # instead of another source, leaves the twin's log as well)
-        k = c
-        if receipt is not None and c >= 1:
-            for t, body in db.execute("SELECT t, body FROM observations WHERE t <= ? ORDER BY t", (c,)):
-                if body != canonical(s.observations[t - 1]):
-                    k = t - 1
-                    break
-        if k >= 0:
-            row = db.execute("SELECT chain FROM observations WHERE t = ?", (k,)).fetchone()
-            head = "0" * 64 if k == 0 else (row[0] if row else None)
-            if head is None:
-                raise StoreError(f"{self.path} holds no o_{k} to save after; save the whole session")
-        else:
-            head = "0" * 64
-        bodies = [canonical(o) for o in s.observations[max(k, 0):]]
-        hashes = chain_of(bodies, head)
         if c >= 0 and expect is None:
             raise StoreError("a partial save needs the root its session was read from (expect=)")
-        identity = identity_of(s.lm, model)
-        pages = self._pages_to_write(s, c, identity)
+        k, head = self._log_from(s, c, receipt)
+        bodies = [canonical(o) for o in s.observations[max(k, 0):]]
+        hashes = chain_of(bodies, head)
+        identity = identity_of(engine, model)
+        pages = self._pages_to_write(s, engine, c, identity)
+        meta = self._meta_rows(s, model, digests, identity, pages, hashes[-1] if hashes else head)
         db.execute("BEGIN IMMEDIATE")
         try:
             self._point("begin")
@@ -270,66 +291,18 @@ class Store:
                 t0 = time.perf_counter()
                 check_tail(self.db, self.path, self.root())
                 self.integrity_seconds += time.perf_counter() - t0
-            if c < 0:
-                for table in ("observations", "deltas", "artifacts", "edges", "checkpoints", "snapshots", "world",
-                              "turns", "pages"):
-                    db.execute(f"DELETE FROM {table}")
-            else:
-                db.execute("DELETE FROM observations WHERE t > ?", (k,))
-                for table, col in (("deltas", "t"), ("artifacts", "turn"), ("edges", "turn"),
-                                   ("checkpoints", "boundary"), ("pages", "born")):
-                    db.execute(f"DELETE FROM {table} WHERE {col} > ?", (c,))
-                db.execute("DELETE FROM world")
+            self._clear(c, k)
             self._point("clear")
-            meta = {"format": str(FORMAT), "model": model, "policy": s.policy,
-                    "config": json.dumps(s.config.to_json()), "digests": json.dumps(digests),
-                    "forgotten": json.dumps(sorted(set(json.loads(self.meta("forgotten", "[]")))
-                                                   | {self.target_digest(x) for x in s.forgotten})),
-                    "chain_head": hashes[-1] if hashes else head, "identity": json.dumps(identity, sort_keys=True),
-                    "generation": str(int(self.meta("generation", "0")) + 1)}
-            if pages is not None:
-                meta["kv_pages"] = json.dumps(pages[0])
-            dtype = getattr(getattr(s.lm, "bundle", None), "dtype", None)
-            if dtype is not None:  # a forget must run on the same LM: same weights, same dtype
-                meta["dtype"] = str(dtype).removeprefix("torch.")
             db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta.items())
-            db.execute("DELETE FROM meta WHERE key = 'pending_forget'")
+            db.execute("DELETE FROM meta WHERE key = ?", (Meta.PENDING_FORGET,))
             self._point("meta")
-            first = max(k, 0) + 1
-            db.executemany("INSERT INTO observations VALUES (?, ?, ?)",
-                           [(t, b, h) for t, (b, h) in enumerate(zip(bodies, hashes), first)])
-            self._point("observations")
-            db.executemany("INSERT INTO deltas VALUES (?, ?)",
-                           [(t, delta_json(s.states[t - 1] if t else None, s.states[t]))
-                            for t in range(c + 1, s.T + 1)])
-            self._point("states")
-            final = s.state
-            artifacts_of = {a.id: a for a in final.artifacts}
-            fresh = [(i, a) for i, a in enumerate(final.artifacts) if a.turn > c]
-            db.executemany("INSERT INTO artifacts VALUES (?, ?, ?, ?, ?, ?, ?)",
-                           [(a.id, a.type, sources_json(a, artifacts_of), json.dumps(a.token_span), a.turn,
-                             int(a.committed), i) for i, a in fresh])
-            self._point("artifacts")
-            db.executemany("INSERT INTO edges VALUES (?, ?, ?, ?)",
-                           [(p, a.id, k, a.turn) for _, a in fresh for k, p in enumerate(a.parents)])
-            self._point("edges")
-            db.executemany("INSERT OR REPLACE INTO checkpoints VALUES (?, ?)",
-                           [(cp.boundary, checkpoint_json(cp, s)) for cp in s.checkpoints if cp.boundary >= c])
-            self._point("checkpoints")
-            used = {cp.env_snapshot for cp in s.checkpoints}
-            stored = {k for (k,) in db.execute("SELECT id FROM snapshots")}
-            db.executemany("DELETE FROM snapshots WHERE id = ?", [(k,) for k in stored - used])
-            db.executemany("INSERT INTO snapshots VALUES (?, ?)",
-                           [(k, json.dumps(v)) for k, v in dict(s.snapshots).items() if k in used - stored])
-            self._point("snapshots")
-            db.executemany("INSERT INTO world VALUES (?, ?, ?, ?)",
-                           [(e.call_id, e.tool, e.args, e.turn) for e in s.world])
-            self._point("world")
+            self._write_suffix(s, c, k, bodies, hashes)
             if pages is not None:
                 db.executemany("INSERT OR IGNORE INTO pages VALUES (?, ?, ?, ?)", pages[1])
             self._point("pages")
             if receipt is not None:
-                db.execute("INSERT INTO receipts (body) VALUES (?)", (json.dumps({**receipt, "log_head": meta["chain_head"]}),))
+                db.execute("INSERT INTO receipts (body) VALUES (?)",
+                           (json.dumps({**receipt, "log_head": meta[Meta.CHAIN_HEAD]}),))
             self._point("receipt")
             t0 = time.perf_counter()
             root = seal(self.db, min(max(c, 0), max(k, 0) + 1))
@@ -349,12 +322,87 @@ class Store:
         db.executescript("PRAGMA incremental_vacuum;")
         return root
 
+    def _log_from(self, s: Session, c: int, receipt) -> tuple[int, str]:
+        """(k, the chain at o_k): the log is rewritten from o_{k+1} on. k = c, or earlier where a forget
+        changed an observation before the splice point (a part of the target F never read, one
+        standing instead of another source, leaves the twin's log as well)."""
+        k = c
+        if receipt is not None and c >= 1:
+            for t, body in self.db.execute("SELECT t, body FROM observations WHERE t <= ? ORDER BY t", (c,)):
+                if body != canonical(s.observations[t - 1]):
+                    k = t - 1
+                    break
+        if k <= 0:
+            return k, "0" * 64
+        row = self.db.execute("SELECT chain FROM observations WHERE t = ?", (k,)).fetchone()
+        if row is None:
+            raise StoreError(f"{self.path} holds no o_{k} to save after; save the whole session")
+        return k, row[0]
 
-    def _pages_to_write(self, s: Session, c: int, identity: dict):
+    def _clear(self, c: int, k: int) -> None:
+        """Delete what a save from R_c rewrites (the log from o_{k+1}), or everything (c = −1)."""
+        db = self.db
+        if c < 0:
+            for table in ("observations", "deltas", "artifacts", "edges", "checkpoints", "snapshots", "world",
+                          "turns", "pages"):
+                db.execute(f"DELETE FROM {table}")
+            return
+        db.execute("DELETE FROM observations WHERE t > ?", (k,))
+        for table, col in (("deltas", "t"), ("artifacts", "turn"), ("edges", "turn"),
+                           ("checkpoints", "boundary"), ("pages", "born")):
+            db.execute(f"DELETE FROM {table} WHERE {col} > ?", (c,))
+        db.execute("DELETE FROM world")
+
+    def _meta_rows(self, s: Session, model: str, digests: dict, identity: dict, pages, chain_head: str) -> dict:
+        """The meta rows a save writes (the root apart: it seals them)."""
+        forgotten = set(json.loads(self.meta(Meta.FORGOTTEN, "[]"))) | {self.target_digest(x) for x in s.forgotten}
+        meta = {Meta.FORMAT: str(FORMAT), Meta.MODEL: model, Meta.POLICY: s.policy,
+                Meta.CONFIG: json.dumps(s.config.to_json()), Meta.DIGESTS: json.dumps(digests),
+                Meta.FORGOTTEN: json.dumps(sorted(forgotten)), Meta.CHAIN_HEAD: chain_head,
+                Meta.IDENTITY: json.dumps(identity, sort_keys=True),
+                Meta.GENERATION: str(int(self.meta(Meta.GENERATION, "0")) + 1)}
+        if pages is not None:
+            meta[Meta.KV_PAGES] = json.dumps(pages[0])
+        if "dtype" in identity:  # a forget must run on the same LM: same weights, same dtype
+            meta[Meta.DTYPE] = identity["dtype"]
+        return meta
+
+    def _write_suffix(self, s: Session, c: int, k: int, bodies, hashes) -> None:
+        """The rows of o_{k+1}..o_T and R_{c+1}..R_T: log, state deltas, artifacts, edges,
+        checkpoints; the snapshots they use; the world ledger whole."""
+        db = self.db
+        db.executemany("INSERT INTO observations VALUES (?, ?, ?)",
+                       [(t, b, h) for t, (b, h) in enumerate(zip(bodies, hashes), max(k, 0) + 1)])
+        self._point("observations")
+        db.executemany("INSERT INTO deltas VALUES (?, ?)",
+                       [(t, delta_json(s.states[t - 1] if t else None, s.states[t])) for t in range(c + 1, s.T + 1)])
+        self._point("states")
+        final = s.state
+        artifacts_of = {a.id: a for a in final.artifacts}
+        fresh = [(i, a) for i, a in enumerate(final.artifacts) if a.turn > c]
+        db.executemany("INSERT INTO artifacts VALUES (?, ?, ?, ?, ?, ?, ?)",
+                       [(a.id, a.type, sources_json(a, artifacts_of), json.dumps(a.token_span), a.turn,
+                         int(a.committed), i) for i, a in fresh])
+        self._point("artifacts")
+        db.executemany("INSERT INTO edges VALUES (?, ?, ?, ?)",
+                       [(p, a.id, j, a.turn) for _, a in fresh for j, p in enumerate(a.parents)])
+        self._point("edges")
+        db.executemany("INSERT OR REPLACE INTO checkpoints VALUES (?, ?)",
+                       [(cp.boundary, checkpoint_json(cp, s)) for cp in s.checkpoints if cp.boundary >= c])
+        self._point("checkpoints")
+        used = {cp.env_snapshot for cp in s.checkpoints}
+        stored = {x for (x,) in db.execute("SELECT id FROM snapshots")}
+        db.executemany("DELETE FROM snapshots WHERE id = ?", [(x,) for x in stored - used])
+        db.executemany("INSERT INTO snapshots VALUES (?, ?)",
+                       [(x, json.dumps(v)) for x, v in dict(s.snapshots).items() if x in used - stored])
+        self._point("snapshots")
+        db.executemany("INSERT INTO world VALUES (?, ?, ?, ?)", [(e.call_id, e.tool, e.args, e.turn) for e in s.world])
+        self._point("world")
+
+    def _pages_to_write(self, s: Session, lm, c: int, identity: dict):
         """(layout, rows) of the K/V pages first used by R_{c+1}..R_T and not stored yet, or
-        None when the session's engine keeps no pages."""
-        lm = s.lm
-        if not getattr(lm, "kv_pages", False):
+        None when the engine `lm` keeps no pages."""
+        if not lm.kv_pages:
             return None
         layout, rows, seen = lm.page_layout(), [], set()
         for t in range(c + 1, s.T + 1):
@@ -387,11 +435,11 @@ class Store:
 
     def page_reader(self, device):
         """key → the stored K/V page as a tensor on `device`, or None."""
-        raw = self.meta("kv_pages")
+        raw = self.meta(Meta.KV_PAGES)
         if raw is None:
             return None
         layout = json.loads(raw)
-        ident = json.loads(self.meta("identity", "{}"))
+        ident = json.loads(self.meta(Meta.IDENTITY, "{}"))
         self.damaged_pages = []
 
         def read(key: str):
@@ -411,7 +459,7 @@ class Store:
     def page_bytes(self) -> tuple[int, int, int]:
         """(pages, bytes, tokens) of the K/V pages stored."""
         n, b = self.db.execute("SELECT COUNT(*), COALESCE(SUM(LENGTH(data)), 0) FROM pages").fetchone()
-        raw = self.meta("kv_pages")
+        raw = self.meta(Meta.KV_PAGES)
         if not n or raw is None:
             return n, b, 0
         lay = json.loads(raw)
@@ -447,7 +495,7 @@ class Store:
 
     def _load(self, lm) -> Session:
         db = self.db
-        config = Config.from_json(json.loads(self.meta("config")))
+        config = Config.from_json(json.loads(self.meta(Meta.CONFIG)))
         parents: dict[str, list] = {}
         for p, c in db.execute("SELECT parent, child FROM edges ORDER BY child, ord"):
             parents.setdefault(c, []).append(p)
@@ -457,28 +505,23 @@ class Store:
         spans = json_rows(r[3] for r in rows)
         for k, ((i, ty, src, _, turn, com), span) in enumerate(zip(rows, spans)):
             ps = tuple(parents.get(i, ()))
-            d = parsed.get(src)
-            if d is None:
+            delta = parsed.get(src)
+            if delta is None:
                 j = json.loads(src)
-                d = parsed[src] = (j, None) if isinstance(j, list) else (None, (tuple(j["+"]), tuple(j["-"])))
-            whole, delta = d
+                delta = parsed[src] = (tuple(j["+"]), tuple(j["-"]))
             span = None if span is None else tuple(span)
-            if whole is not None:  # format 1: stored whole
-                a = Artifact(i, ty, ps, frozenset(whole), span, turn, bool(com))
-            else:
-                a = stored_artifact(k, i, ty, ps, tuple(by_id.get(p) for p in ps), *delta, span, turn, bool(com))
+            a = stored_artifact(k, i, ty, ps, tuple(by_id.get(p) for p in ps), *delta, span, turn, bool(com))
             arts.append(a)
             by_id[i] = a
         arts = tuple(arts)
         rows = db.execute("SELECT t, body, chain FROM observations ORDER BY t").fetchall()
         obs = tuple(map(Observation.from_json, json_rows(b for _, b, _ in rows)))
         prev = "0" * 64
-        for (t, body, h), o in zip(rows, obs):
-            # a row stored canonical hashes as it is; one stored by an earlier unsee, as re-encoded
-            if h != link(prev, body) and h != link(prev, canonical(o)):
+        for t, body, h in rows:
+            if h != link(prev, body):
                 raise StoreError(f"{self.path}: the observation log was altered at t={t} (hash chain broken)")
             prev = h
-        if rows and rows[-1][2] != self.meta("chain_head"):
+        if rows and rows[-1][2] != self.meta(Meta.CHAIN_HEAD):
             raise StoreError(f"{self.path}: the observation log does not end where the store says (chain head)")
         bodies = [b for (b,) in db.execute("SELECT body FROM deltas ORDER BY t")]
         if len(bodies) != len(obs) + 1:
@@ -497,7 +540,7 @@ class Store:
         world = tuple(LedgerEntry(c, t, a, turn) for c, t, a, turn in
                       db.execute("SELECT call_id, tool, args, turn FROM world ORDER BY turn, call_id"))
         # forgotten sources are kept only as salted digests (see is_forgotten)
-        return Session(config, self.meta("policy"), obs, states, cps, snaps, world, frozenset(), lm=lm)
+        return Session(config, self.meta(Meta.POLICY), obs, states, cps, snaps, world, frozenset(), lm=lm)
 
     def require_forgettable(self, sources) -> None:
         """Raise UnseeError, naming the source, unless every one of `sources` entered the stored
@@ -511,7 +554,7 @@ class Store:
                 raise UnseeError(f"source {src!r} never entered this session; known sources: {known}")
 
     def is_forgotten(self, source: str) -> bool:
-        return self.meta("salt") is not None and self.target_digest(source) in json.loads(self.meta("forgotten", "[]"))
+        return self.meta(Meta.SALT) is not None and self.target_digest(source) in json.loads(self.meta(Meta.FORGOTTEN, "[]"))
 
     def receipts(self) -> list[dict]:
         return [json.loads(b) for (b,) in self.db.execute("SELECT body FROM receipts ORDER BY n")]

@@ -60,7 +60,7 @@ def test_reading_grouped_heads_in_place_gives_transformers_bits(family, dtype, m
 def test_the_runtime_runs_under_it_and_its_states_match_transformers_kernel():
     """An agent's LM picks the kernel by its probe; a session and a forget under it leave the
     digests that transformers' own kernel leaves."""
-    from unsee.impl.engine.runtime import KVRuntime
+    from unsee.impl.engine.kv_runtime import KVRuntime
     from unsee.model.state import Observation, Part
 
     runs = []

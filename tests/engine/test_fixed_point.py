@@ -10,7 +10,7 @@ import torch
 from tests.kv_helpers import EPISODE, FAMILIES, prompts
 from tests.store.test_cli_store import unsee
 from tests.engine.test_kv_pages import kv_equal, snapshot_kv
-from unsee.impl.engine.runtime import KVRuntime
+from unsee.impl.engine.kv_runtime import KVRuntime
 from unsee.impl.engine.kv import KVEngine
 from unsee.impl.engine.selftest import row_independence
 from unsee.impl.engine.lm import TorchLM
@@ -19,17 +19,15 @@ from unsee.impl.engine.exact import compare
 from unsee.impl.experiments.oracle import oracle_replay
 from unsee.impl.engine.models import Bundle, load
 from unsee.model import Config
-from unsee.model.session import append
-from unsee.model.state import Meter, forward_groups
+from unsee.model.replay import append
+from unsee.impl.engine.metered import EngineTransition, Meter
+from unsee.model.state import forward_groups
 
 CONFIGS = [(m, d, a) for m in FAMILIES for d in ("float32", "bfloat16") for a in ("eager", "sdpa")]
 
 
 def runtime(model, dtype, attn):
-    rt = KVRuntime.__new__(KVRuntime)
-    rt.bundle = load(model, dtype=dtype, attn=attn)
-    KVRuntime.__bases__[0].__init__(rt, Config(), "every", TorchLM(rt.bundle))
-    return rt
+    return KVRuntime(model, Config(), "every", dtype=dtype, attn=attn)
 
 
 @pytest.mark.tiny
@@ -77,8 +75,9 @@ def test_a_recorded_reply_is_accepted_with_no_decoding_and_the_same_bits(model):
         kv, _ = again.model.rebuild(prev.state.tokens, prev.state.blocks)
         assert kv_equal(again.engine.kv_tensors(), before)
         again.session = replace(prev, states=prev.states[:-1] + (replace(prev.state, kv=kv),))
-        m, f0 = Meter(), again.engine.forwards
-        s2, _ = append(again.session, EPISODE[4], m, hints=hints)
+        again.lm.meter, f0 = Meter(), again.engine.forwards
+        s2, _ = append(again.session, EPISODE[4], EngineTransition(again.lm, drafts=hints))
+        m = again.lm.meter
         assert s2.state.outputs == recorded and kv_equal(again.engine.kv_tensors(), want)
         assert (m.replies, m.replies_skipped) == (2, skipped)
         groups = forward_groups(s2.state.blocks)[len(forward_groups(prev.state.blocks)):]
@@ -105,8 +104,8 @@ def test_b7_with_drafts_is_bit_exact_against_a_full_reset(model, dtype):
     r7, r5 = b7.forget(["z"]), b5.forget(["z"], method="B5")
     eq = compare(b7, b5)
     assert all(eq.values()), eq
-    assert r7.replies == 7 and r5.replies_skipped == 0  # B5 is a restart: it has no drafts
-    assert r7.tokens_decoded <= r5.tokens_decoded
+    assert r7.work.replies == 7 and r5.work.replies_skipped == 0  # B5 is a restart: it has no drafts
+    assert r7.work.tokens_decoded <= r5.work.tokens_decoded
 
 
 @pytest.mark.tiny
@@ -117,9 +116,9 @@ def test_trusting_the_drafts_unchecked_is_caught():
         rt.step(o)
     b7, bad, b5 = rt.branch(), rt.branch(), rt.branch()
     r7 = b7.forget(["z"])
-    bad.session, _ = oracle_replay(bad.session, ["z"], frozenset(range(3, 8)))
+    oracle_replay(bad, ["z"], frozenset(range(3, 8)))
     b5.forget(["z"], method="B5")
-    assert r7.replies_skipped < r7.replies  # the target changed some replies here…
+    assert r7.work.replies_skipped < r7.work.replies  # the target changed some replies here…
     assert all(compare(b7, b5).values())
     assert not all(compare(bad, b5).values())  # …and trusting the recording keeps the old ones
 
@@ -143,16 +142,14 @@ def test_a_backend_that_breaks_row_independence_refuses_skipping_and_stays_exact
     bundle = Bundle("leaky", Leaky(good.model).eval(), good.template, good.device, good.dtype)
     holds, note = row_independence(KVEngine(bundle.model, bundle.device))
     assert not holds and "skipping refused" in note
-    rt = KVRuntime.__new__(KVRuntime)
-    rt.bundle = bundle
-    KVRuntime.__bases__[0].__init__(rt, Config(), "every", TorchLM(bundle))
+    rt = KVRuntime(TorchLM(bundle), Config(), "every")
     assert not rt.model.drafts_ok
     for o in EPISODE:
         rt.step(o)
     b7, b5 = rt.branch(), rt.branch()
     r7 = b7.forget(["z"])
     b5.forget(["z"], method="B5")
-    assert r7.replies_skipped == 0 and all(compare(b7, b5).values())
+    assert r7.work.replies_skipped == 0 and all(compare(b7, b5).values())
 
 
 @pytest.mark.tiny
@@ -181,4 +178,4 @@ def test_fixed_point_and_skipping_on_cuda(dtype):
     r7 = b7.forget(["z"])
     b5.forget(["z"], method="B5")
     assert all(compare(b7, b5).values())
-    assert (r7.replies_skipped > 0) <= holds, note
+    assert (r7.work.replies_skipped > 0) <= holds, note

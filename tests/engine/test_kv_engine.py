@@ -227,7 +227,7 @@ def test_prompt_blocks_without_logits_give_the_same_bits(model, dtype, attn, mon
     """A prompt block's logits are never read (a header follows), so its forward runs the output
     layer on one row: against the old path (logits of every row), the same replies, the same
     K/V bytes (torch.equal) after a session with tool calls, a forget and a rebuild."""
-    from unsee.impl.engine.runtime import KVRuntime
+    from unsee.impl.engine.kv_runtime import KVRuntime
     from unsee.impl.experiments.bench_sessions import agent_session
     from unsee.model import Config
 

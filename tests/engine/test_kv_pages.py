@@ -15,8 +15,8 @@ from tests.kv_helpers import EPISODE, FAMILIES
 from tests.store.test_cli_store import unsee
 from tests.store.test_durability import persisted_bytes
 from unsee.impl.engine.pages import from_bytes
-from unsee.impl.engine.runtime import KVRuntime
-from unsee.impl.store.session import open_runtime
+from unsee.impl.engine.kv_runtime import KVRuntime
+from unsee.impl.store.agent import open_runtime
 from unsee.impl.store.episode import write_episode
 from unsee.impl.engine.exact import compare
 from unsee.impl.store.sqlite import Store
@@ -46,7 +46,7 @@ def restore_every_checkpoint(tmp_path, model, dtype, episode=EPISODE, config=Con
     rt, resident = run_recording(model, dtype, episode, config)
     db = tmp_path / "s.db"
     st = Store(db, create=True)
-    st.save(rt.session, model, dict(rt.digest()))
+    st.save(rt.session, model, rt.model, dict(rt.digest()))
     st.close()
     st = Store(db)
     fresh = open_runtime(st)  # no page in memory: every page is read from the file
@@ -75,7 +75,7 @@ def test_a_missing_page_is_recomputed_and_counted(tmp_path):
     rt, resident = run_recording("tiny-llama", "float32")
     db = tmp_path / "s.db"
     st = Store(db, create=True)
-    st.save(rt.session, "tiny-llama", dict(rt.digest()))
+    st.save(rt.session, "tiny-llama", rt.model, dict(rt.digest()))
     st.db.execute("DELETE FROM pages WHERE born = 4")  # the pages first used by R_4
     fresh = open_runtime(st)
     r = fresh.session.states[4]
@@ -93,7 +93,7 @@ def test_a_forward_missing_one_page_is_recomputed_whole(tmp_path):
     forward is recomputed, and from there on everything; the result is still the resident cache."""
     rt, resident = run_recording("tiny-llama", "float32")
     st = Store(tmp_path / "s.db", create=True)
-    st.save(rt.session, "tiny-llama", dict(rt.digest()))
+    st.save(rt.session, "tiny-llama", rt.model, dict(rt.digest()))
     fresh = open_runtime(st)
     r = fresh.session.states[4]
     first, last = next(g for g in forward_groups(r.blocks) if g[0] < g[1] and r.blocks[g[1]].kind == "assistant")
@@ -123,7 +123,7 @@ def test_compaction_keeps_the_system_blocks_rows_with_the_same_bits(model):
     assert kv_equal(kept.engine.kv_tensors(), recomputed.engine.kv_tensors())
     system = sum(b.end - b.start for b in kept.session.state.blocks if b.kind == "system")
     assert system > 0
-    assert kept._meter.tokens_prefilled == recomputed._meter.tokens_prefilled - system
+    assert kept.lm.meter.tokens_prefilled == recomputed.lm.meter.tokens_prefilled - system
 
 
 @pytest.mark.tiny
@@ -154,18 +154,18 @@ def test_forget_through_the_store_is_bit_exact_against_a_full_reset(tmp_path, me
         twin.step(o.without({"z"}))
     db = tmp_path / "s.db"
     st = Store(db, create=True)
-    st.save(rt.session, "tiny-qwen2", dict(rt.digest()))
+    st.save(rt.session, "tiny-qwen2", rt.model, dict(rt.digest()))
     fresh = open_runtime(st)
     receipt = fresh.forget(["z"], method=method)
     T = len(EPISODE)
-    assert receipt.tokens_rematerialized == 0 and receipt.transitions == (T - 3 + 1 if method == "B7" else T)
+    assert receipt.work.tokens_rematerialized == 0 and receipt.transitions == (T - 3 + 1 if method == "B7" else T)
     # the pages read back from the store are not copied out of the cache again (the save reads
     # them from the store where it must write them: B5′ rewrites every page born after R_0)
     assert fresh.model.stored and not set(fresh.model.pages) & fresh.model.stored
     eq = compare(fresh, twin)
     del eq["world"]  # what fired in the real world stays fired; the twin never fired it
     assert all(eq.values()), eq
-    st.save(fresh.session, "tiny-qwen2", dict(receipt.digests), since=receipt.checkpoint, expect=fresh.root)
+    st.save(fresh.session, "tiny-qwen2", fresh.model, dict(receipt.digests), since=receipt.checkpoint, expect=fresh.root)
     again = open_runtime(st)  # the pages written by the forget restore the new trajectory
     for c in again.session.checkpoints:
         r = again.session.states[c.boundary]
@@ -186,7 +186,7 @@ def test_no_byte_of_the_targets_kv_rows_survives_a_forget(tmp_path):
     needle = rt.model.pages[key][-1].contiguous().numpy().tobytes()
     db = tmp_path / "s.db"
     st = Store(db, create=True)
-    st.save(rt.session, "tiny-llama", dict(rt.digest()))
+    st.save(rt.session, "tiny-llama", rt.model, dict(rt.digest()))
     st.close()
     assert needle in persisted_bytes(db)  # the test can fail: the rows were stored
     unsee("forget", "--db", db, "--source", "z")
@@ -244,7 +244,7 @@ def test_a_restore_copies_each_page_in_before_it_reads_the_next(tmp_path):
     rt, resident = run_recording("tiny-llama", "float32")
     db = tmp_path / "s.db"
     st = Store(db, create=True)
-    st.save(rt.session, "tiny-llama", dict(rt.digest()))
+    st.save(rt.session, "tiny-llama", rt.model, dict(rt.digest()))
     fresh = open_runtime(st)
     read, lengths = fresh.model.page_source, []
 

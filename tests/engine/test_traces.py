@@ -10,8 +10,8 @@ import pytest
 
 from tests.kv_helpers import EPISODE, FAMILIES
 from unsee.impl.engine.lm import TorchLM
-from unsee.impl.engine.runtime import KVRuntime
-from unsee.impl.store.session import forget_stored
+from unsee.impl.engine.kv_runtime import KVRuntime
+from unsee.impl.store.agent import forget_stored
 from unsee.impl.store.sqlite import Store
 from unsee.model import Config, Observation, Part, UnseeError
 from unsee.specs.traces import (
@@ -152,7 +152,7 @@ def test_a_stored_session_forgotten_in_a_fresh_open_follows_the_spec(tmp_path, m
     rt = run(model, EPISODE, kv_pages=pages)
     db = tmp_path / "s.db"
     st = Store(db, create=True)
-    st.save(rt.session, model, dict(rt.digest()))
+    st.save(rt.session, model, rt.model, dict(rt.digest()))
     st.close()
     st = Store(db)
     try:
@@ -176,7 +176,7 @@ def test_a_stored_session_reopened_after_a_forget_follows_the_spec(tmp_path):
              + EPISODE[4:])
     db = tmp_path / "s.db"
     st = Store(db, create=True)
-    st.save(rt.session, "tiny-llama", dict(rt.digest()))
+    st.save(rt.session, "tiny-llama", rt.model, dict(rt.digest()))
     st.close()
     for target in ("y", "z"):
         st = Store(db)
@@ -212,13 +212,14 @@ def test_unsee_forget_reports_the_trace_check(tmp_path):
 # --- mutated engines: a forget runs through them, the trace rejects it ------------------
 
 def crops_one_short(lm: TorchLM, reports_length: bool = False) -> None:
-    """Turn `lm` into an engine whose restore crops one token short. Without `kv_length` (an
-    optional LM method) restore cannot compare the cache with the checkpoint's context, so the
-    forget runs through and only the trace can tell; with it, restore refuses."""
+    """Turn `lm` into an engine whose restore crops one token short. Unless it reports its cache's
+    true length (`kv_length`), restore cannot compare the cache with the checkpoint's context, so
+    the forget runs through and only the trace can tell; with it, restore refuses."""
 
     class Mutant(type(lm)):
         if not reports_length:
-            kv_length = None
+            def kv_length(self, kv):  # the length it meant to keep, not the one it kept
+                return super().kv_length(kv) + 1
 
         def crop(self, kv, n):
             self._live(kv)
@@ -273,7 +274,7 @@ def test_a_mutated_engine_is_rejected_by_the_rule_it_breaks(cropped_session, mut
     if mutant == "decodes-before-restoring":
         # it leaves the same bits and the same receipt: only the trace tells it apart
         assert bad.digest() == good.digest()
-        assert (r_bad.tokens_decoded, r_bad.tokens_prefilled) == (r_good.tokens_decoded, r_good.tokens_prefilled)
+        assert (r_bad.work.tokens_decoded, r_bad.work.tokens_prefilled) == (r_good.work.tokens_decoded, r_good.work.tokens_prefilled)
     else:
         assert bad.digest()["kv"] != good.digest()["kv"]
 
@@ -283,7 +284,7 @@ def test_agent_forget_checks_the_trace_before_it_persists(tmp_path):
     """`Agent.forget` (and `unsee forget`, through `forget_stored`) checks the engine's trace
     against the spec before it saves: a mutated engine's forget raises TraceViolation naming the
     rule and the store keeps its session; the next forget reopens the store and succeeds."""
-    from unsee.impl.store.session import Agent, TraceViolation
+    from unsee.impl.store.agent import Agent, TraceViolation
 
     summarize = Observation("user", (Part("u0", "summarize so far"),), reply=2, compact=True)
     episode = EPISODE[:2] + (summarize,) + EPISODE[2:5] + EPISODE[6:]

@@ -4,7 +4,7 @@ import pytest
 
 from unsee.impl.experiments.audit import audit_episode
 from unsee.impl.experiments.statistics import mcnemar_exact, tost
-from unsee.impl.engine.runtime import KVRuntime
+from unsee.impl.engine.kv_runtime import KVRuntime
 from unsee.impl.experiments.cases import memory_case
 from unsee.model import Config
 from unsee.model.tools import SHIP_GIFT

@@ -9,7 +9,7 @@ import torch
 from unsee.impl.engine import batched as B
 from unsee.impl.engine import kv as K
 from unsee.impl.engine.exact import ExactnessError
-from unsee.impl.engine.runtime import KVRuntime
+from unsee.impl.engine.kv_runtime import KVRuntime
 from unsee.impl.experiments.audit import (LEAK_TEMPERATURE, audit_episode, continue_task, own_memo, probe_prompts,
                                           run_audit, sample_draws)
 from unsee.impl.experiments.baselines import apply

@@ -4,8 +4,9 @@ import pytest
 
 from unsee.impl.experiments.bench_sessions import cost_session, live_session
 from unsee.impl.experiments.bench_sweeps import fit, synthetic_graph
-from unsee.model import full_reset, selective_replay, taint_closure
-from tests.kv_helpers import prompts
+from unsee.impl.engine.kv_runtime import KVRuntime
+from unsee.model import taint_closure
+from tests.kv_helpers import drive, prompts
 
 T = 10
 
@@ -21,7 +22,7 @@ def _run(benchmark, live, op):
     def target(rt):
         e = rt.engine
         p0, d0 = e.tokens_prefilled, e.tokens_decoded
-        rt.session, r = op(rt.session)
+        r = op(rt)
         out.update(r=r, s=rt.session, prefilled=e.tokens_prefilled - p0, decoded=e.tokens_decoded - d0)
 
     benchmark.pedantic(target, setup=lambda: ((live.branch(),), {}), rounds=3, iterations=1)
@@ -33,30 +34,31 @@ def _run(benchmark, live, op):
 @pytest.mark.tiny
 @pytest.mark.parametrize("tau", [2, 5, 9])
 def test_selective_replay_invokes_F_T_minus_tau_plus_1_times(benchmark, sessions, tau):
-    out = _run(benchmark, sessions[tau], lambda s: selective_replay(s, ["z"], drafts=False))
+    out = _run(benchmark, sessions[tau], lambda rt: rt.forget(["z"], "B7-decode"))
     assert out["r"].transitions == T - tau + 1
     # every post-τ user turn forwards its prompt (the user block and the header) alone, then decodes
     # 4 tokens, the last picked with no forward, then prefills prompt and reply as one block;
     # o_τ^{-z} is empty
     p, h = prompts(out["s"].state, tau), len(sessions[tau].model.header("reply"))
     assert len(p) == T - tau and min(p) > h
-    assert out["decoded"] == sum(x + 3 for x in p) and out["r"].tokens_verified == 4 * (T - tau)
+    assert out["decoded"] == sum(x + 3 for x in p) and out["r"].work.tokens_verified == 4 * (T - tau)
 
 
 @pytest.mark.tiny
 @pytest.mark.parametrize("tau", [2, 5, 9])
 def test_selective_replay_decodes_only_the_replies_the_target_changed(benchmark, sessions, tau):
-    out = _run(benchmark, sessions[tau], lambda s: selective_replay(s, ["z"]))
+    out = _run(benchmark, sessions[tau], lambda rt: rt.forget(["z"]))
     r = out["r"]
-    assert r.transitions == T - tau + 1 and r.replies == T - tau
-    changed = r.replies - r.replies_skipped  # each decodes from its first changed token on
-    assert out["decoded"] == r.tokens_decoded <= 3 * changed  # each decoded reply's last token needs no forward
+    w = out["r"].work
+    assert w.transitions == T - tau + 1 and w.replies == T - tau
+    changed = w.replies - w.replies_skipped  # each decodes from its first changed token on
+    assert out["decoded"] == w.tokens_decoded <= 3 * changed  # each decoded reply's last token needs no forward
 
 
 @pytest.mark.tiny
 @pytest.mark.parametrize("tau", [2, 9])
 def test_full_reset_invokes_F_T_times(benchmark, sessions, tau):
-    out = _run(benchmark, sessions[tau], lambda s: full_reset(s, ["z"]))
+    out = _run(benchmark, sessions[tau], lambda rt: rt.forget(["z"], "B5"))
     assert out["r"].transitions == T
     p = prompts(out["s"].state, 0)  # each turn's prompt, forwarded alone before its reply is decoded
     assert len(p) == T - 2  # all user turns but the system prompt and the empty o_τ, 4 tokens each
@@ -66,18 +68,18 @@ def test_full_reset_invokes_F_T_times(benchmark, sessions, tau):
 @pytest.mark.tiny
 @pytest.mark.parametrize("c", [1, 3])
 def test_coarser_checkpoint_invokes_F_T_minus_c_times(benchmark, sessions, c):
-    out = _run(benchmark, sessions[5], lambda s: selective_replay(s, ["z"], checkpoint=c))
+    out = _run(benchmark, sessions[5], lambda rt: rt.forget(["z"], checkpoint=c))
     assert out["r"].transitions == T - c
 
 
 @pytest.mark.tiny
 def test_prefix_cached_reset_reuses_the_clean_prompt_blocks(benchmark, sessions):
     live = sessions[9]
-    cold = _run(benchmark, live, lambda s: full_reset(s, ["z"]))
+    cold = _run(benchmark, live, lambda rt: rt.forget(["z"], "B5"))
     rt = live.branch()
     e = rt.engine
     p0, d0, h0 = e.tokens_prefilled, e.tokens_decoded, rt.model.hits
-    rt.session, r = full_reset(rt.session, ["z"], prefix_cache=True)
+    r = rt.forget(["z"], "B5'")
     assert r.transitions == T
     hits = rt.model.hits - h0
     assert hits > 0 and e.tokens_prefilled - p0 == cold["prefilled"] - hits  # reused rows are not computed
@@ -93,7 +95,7 @@ def test_b7_cost_is_linear_in_the_suffix():
         rt = live.branch()
         e = rt.engine
         p0, d0 = e.tokens_prefilled, e.tokens_decoded
-        rt.session, _ = selective_replay(rt.session, ["z"], drafts=False)  # the splice's own cost
+        rt.forget(["z"], "B7-decode")  # the splice's own cost
         ys.append(e.tokens_prefilled - p0 + e.tokens_decoded - d0)
     assert fit(xs, ys)["r2"] >= 0.999
 
@@ -306,7 +308,7 @@ def _forwarded(rt, op):
     b = rt.branch()
     e = b.engine
     before = e.tokens_prefilled + e.tokens_decoded
-    b.session, r = op(b.session)
+    r = op(b)
     return r, e.tokens_prefilled + e.tokens_decoded - before
 
 
@@ -318,25 +320,24 @@ def test_b7_never_computes_more_tokens_than_b5_at_any_tau_on_tiny_llama(shape, T
     rows = []
     for tau in sweep_taus(shape, T):
         live = live_session("tiny-llama", SHAPES[shape](T, tau, 0.0, reply)[0], reply)
-        r7, n7 = _forwarded(live, lambda s: selective_replay(s, ["z"]))
-        r5, n5 = _forwarded(live, lambda s: full_reset(s, ["z"]))
+        r7, n7 = _forwarded(live, lambda rt: rt.forget(["z"]))
+        r5, n5 = _forwarded(live, lambda rt: rt.forget(["z"], "B5"))
         # every forward's tokens are in the receipt: blocks, decoding, verifying prefills, restore
-        assert (r7.tokens_computed, r5.tokens_computed) == (n7, n5 - 1)  # B5's fresh cache prefills BOS
-        assert r7.tokens_verified >= r7.replies_skipped and r5.tokens_verified >= r5.replies
-        rows.append((tau, r7.tokens_computed, r5.tokens_computed))
+        assert (r7.work.tokens_computed, r5.work.tokens_computed) == (n7, n5 - 1)  # B5's fresh cache prefills BOS
+        assert r7.work.tokens_verified >= r7.work.replies_skipped and r5.work.tokens_verified >= r5.work.replies
+        rows.append((tau, r7.work.tokens_computed, r5.work.tokens_computed))
     assert all(b7 <= b5 for _, b7, b5 in rows), rows
 
 
 @pytest.mark.parametrize("shape,T,reply", COUNT_SWEEPS)
 def test_b7_never_computes_more_tokens_than_b5_at_any_tau_on_the_reference(shape, T, reply):
     from unsee.impl.experiments.bench_sessions import SHAPES, sweep_taus
-    from unsee.model import run
 
     for tau in sweep_taus(shape, T):
-        s = run(SHAPES[shape](T, tau, 0.0, reply)[0])
-        (_, r7), (_, r5) = selective_replay(s, ["z"]), full_reset(s, ["z"])
-        assert r7.tokens_computed <= r5.tokens_computed, (tau, r7, r5)
-        assert r5.tokens_decoded > 0 and r7.tokens_decoded + r7.tokens_verified > 0 or tau == T
+        obs = SHAPES[shape](T, tau, 0.0, reply)[0]
+        r7, r5 = (drive(KVRuntime("reference"), obs).forget(["z"], m) for m in ("B7", "B5"))
+        assert r7.work.tokens_computed <= r5.work.tokens_computed, (tau, r7, r5)
+        assert r5.work.tokens_decoded > 0 and r7.work.tokens_decoded + r7.work.tokens_verified > 0 or tau == T
 
 
 @pytest.mark.tiny  # a real transformer (torch)
@@ -347,12 +348,12 @@ def test_b5_prime_receipt_counts_its_prefix_hits_apart_from_what_it_computed():
 
     live = live_session("tiny-llama", agent_session(16, None, 0.0, 4)[0], 4)
     hits = live.model.hits
-    r5, _ = _forwarded(live, lambda s: full_reset(s, ["z"]))
-    rp, n = _forwarded(live, lambda s: full_reset(s, ["z"], prefix_cache=True))
+    r5, _ = _forwarded(live, lambda rt: rt.forget(["z"], "B5"))
+    rp, n = _forwarded(live, lambda rt: rt.forget(["z"], "B5'"))
     # the prefix cache is R_T read back: the engine re-materializes nothing here (it is resident)
-    assert rp.tokens_computed == n - 1  # B5′'s fresh cache prefills BOS
-    assert rp.tokens_reused > 0 and rp.tokens_prefilled + rp.tokens_reused == r5.tokens_prefilled
-    assert r5.tokens_reused == 0 and live.model.hits == hits  # branches count their own hits
+    assert rp.work.tokens_computed == n - 1  # B5′'s fresh cache prefills BOS
+    assert rp.work.tokens_reused > 0 and rp.work.tokens_prefilled + rp.work.tokens_reused == r5.work.tokens_prefilled
+    assert r5.work.tokens_reused == 0 and live.model.hits == hits  # branches count their own hits
 
 
 @pytest.mark.tiny  # a real transformer (torch)
@@ -360,8 +361,8 @@ def test_a_rejected_draft_is_tried_only_while_drafts_have_paid():
     """With no credit, B7 decodes every reply as B5 does; with credit, a draft that is rejected
     costs its check, and the credit falls by what it cost against decoding."""
     from unsee.impl.experiments.bench_sessions import cost_session
-    from unsee.model.session import append
-    from unsee.model.state import Meter
+    from unsee.impl.engine.metered import EngineTransition, Meter
+    from unsee.model.replay import append
 
     episode = cost_session(4, 2, 0.0, 4)[0][:3]  # a system prompt, the target, a 4-token reply
     live = live_session("tiny-llama", episode, 4)
@@ -370,9 +371,10 @@ def test_a_rejected_draft_is_tried_only_while_drafts_have_paid():
     for credit in (0, 4, None):
         rt = live.branch()
         s = replace_last(rt, rt.session)
-        m = Meter(draft_credit=credit)
-        append(s, episode[2], m, hints=bad)  # the reply again, from R_2, with a wrong draft
-        counts[credit] = (m.tokens_decoded, m.tokens_verified, m.draft_credit)
+        m = rt.lm
+        m.meter, m.credit = Meter(), credit
+        append(s, episode[2], EngineTransition(m, drafts=bad))  # the reply again, from R_2, with a wrong draft
+        counts[credit] = (m.meter.tokens_decoded, m.meter.tokens_verified, m.credit)
     (h,) = prompts(live.session.state, 2)  # the turn's prompt: the user block and the header
     # not tried: the prompt forwarded alone, 4 tokens decoded (the last with no forward), then
     # prompt and reply prefilled once as the turn's block (its prompt counted as prefilled)
@@ -415,25 +417,25 @@ def test_every_sweep_honours_T_and_the_headline_says_what_it_compares():
 def test_b7_oracle_with_no_marking_is_algorithm_1_as_written(shape):
     from unsee.impl.experiments.bench_sessions import SHAPES
     from unsee.impl.experiments.oracle import oracle_replay
-    from unsee.model import run
 
-    s = run(SHAPES[shape](16, 6, 0.5, 4)[0])
-    (o, ro), (d, rd) = oracle_replay(s, ["z"], frozenset()), selective_replay(s, ["z"], drafts=False)
-    assert o == d and o.lm is s.lm and ro.method == "B7-oracle" and ro.digests == rd.digests
-    counts = ("transitions", "tokens_prefilled", "tokens_decoded", "tokens_verified", "replies", "replies_skipped")
-    assert [getattr(ro, k) for k in counts] == [getattr(rd, k) for k in counts] and ro.replies_skipped == 0
+    live = drive(KVRuntime("reference"), SHAPES[shape](16, 6, 0.5, 4)[0])
+    o, d = live.branch(), live.branch()
+    ro, rd = oracle_replay(o, ["z"], frozenset()), d.forget(["z"], "B7-decode")
+    assert o.session == d.session and o.session.lm is o.lm and ro.method == "B7-oracle" and ro.digests == rd.digests
+    assert ro.work == rd.work and ro.work.replies_skipped == 0
 
 
 @pytest.mark.parametrize("shape", ["short", "agent"])
 def test_b7_oracle_prefills_the_marked_turns_recorded_replies_unchecked(shape):
     from unsee.impl.experiments.bench_sessions import SHAPES
     from unsee.impl.experiments.oracle import oracle_replay
-    from unsee.model import run
 
     obs, marked = SHAPES[shape](16, 6, 0.5, 4)
-    s = run(obs)
-    new, r = oracle_replay(s, ["z"], marked)
-    exact, _ = selective_replay(s, ["z"])
+    live = drive(KVRuntime("reference"), obs)
+    s, trusted, replayed = live.session, live.branch(), live.branch()
+    r = oracle_replay(trusted, ["z"], marked).work
+    replayed.forget(["z"])
+    new, exact = trusted.session, replayed.session
     post = range(7, 17)  # the checkpoint before τ = 6 is R_5: o_6 .. o_16 are replayed
     assert marked and set(marked) <= set(post) and r.transitions == 11
     for t in marked:
@@ -452,9 +454,9 @@ def test_the_model_has_no_mode_that_trusts_a_marking():
     import inspect
 
     from unsee.impl.engine.lm import TorchLM
-    from unsee.model import lm, session, state
+    from unsee.model import lm, replay, state
 
-    for f in (session.selective_replay, session.replay_suffix, session.append, state.step, state._Turn,
+    for f in (replay.selective_replay, replay.replay_suffix, replay.append, state.step, state._Turn,
               lm.LM.decode, lm.ReferenceLM.decode, TorchLM.decode):
         assert not {"mode", "independent", "trust"} & set(inspect.signature(f).parameters), f.__qualname__
 

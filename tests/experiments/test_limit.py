@@ -8,7 +8,7 @@ import torch
 from typer.testing import CliRunner
 
 from unsee.impl.cli import app
-from unsee.impl.engine.runtime import KVRuntime
+from unsee.impl.engine.kv_runtime import KVRuntime
 from unsee.impl.experiments.bench_sessions import agent_session
 from unsee.impl.experiments.limit import forward_limit
 from unsee.model import Config
@@ -31,7 +31,7 @@ def test_the_limit_replays_exactly_the_forgets_forwards(method):
     assert limit["seconds"] > 0
     assert dict(rt.digest()) == digests  # the replay ran on a copy of the engine
     if method == "B5'":
-        assert receipt.tokens_reused > 0 and receipt.tokens_computed == tokens - 1  # the fresh cache's BOS
+        assert receipt.work.tokens_reused > 0 and receipt.work.tokens_computed == tokens - 1  # the fresh cache's BOS
 
 
 def test_bench_forget_prints_the_three_methods_against_their_own_forwards(tmp_path):

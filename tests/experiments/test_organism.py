@@ -14,7 +14,7 @@ import torch
 from unsee.impl.organism import data as D
 from unsee.impl.organism import render as R
 from unsee.impl.organism.data import NAME
-from unsee.impl.engine.runtime import KVRuntime, make_runtime
+from unsee.impl.engine.kv_runtime import KVRuntime, make_runtime
 from unsee.impl.experiments.audit import generate, leaks
 from unsee.impl.experiments.baselines import memory_delete
 from unsee.model import Config, Observation, Part

@@ -149,7 +149,7 @@ def test_readme_langgraph_example_makes_a_prebuilt_agent_forgettable(tmp_path, m
     from langgraph.checkpoint.sqlite import SqliteSaver
     from langchain.agents import create_agent
 
-    from unsee.impl.integrations.langgraph.runtime import thread_values
+    from unsee.impl.integrations.langgraph.kit import thread_values
 
     kv = [tuple(t.clone() for t in pair) for pair in env["llm"].context.kv()]
     twin = create_agent(env["llm"], [env["read_only"](env["find_doctor"]), env["booking"]],
@@ -175,7 +175,7 @@ def test_cli_reference_is_the_commands_own_help():
 
 def test_the_glossary_defines_every_method_and_policy():
     from unsee.impl.experiments.baselines import METHODS
-    from unsee.model.session import POLICIES
+    from unsee.model.replay import POLICIES
 
     glossary = (ROOT / "docs" / "glossary.md").read_text()
     for name in METHODS:
@@ -203,3 +203,40 @@ def test_the_demo_shows_each_layer_around_the_address():
     assert "Wallaby" in shown and shown.startswith("…") and shown.endswith("…") and len(shown) == 202
     assert excerpt(text[:150], "Wallaby") == text[:150]
     assert excerpt(text, "nowhere") == text[:200] + "…"
+
+
+
+def data_path_problems(text: str) -> list[str]:
+    """What is wrong with a design page's data path of a forget: it is not the page's first section,
+    it is short, or it names a function its link's file does not define."""
+    import importlib
+
+    first = re.search(r"^## .*$", text, flags=re.M)
+    if first is None or first.group(0) != "## The data path of a forget":
+        return ["the page does not open with the data path of a forget"]
+    section = text[first.end():text.find("\n## ", first.end())]
+    steps = re.findall(r"\[`([\w.]+)`\]\(\.\./([\w/]+\.py)\)", section)
+    out = [] if len(steps) >= 20 else [f"only {len(steps)} functions named"]
+    for name, path in steps:
+        module = "unsee." + path.removesuffix(".py").replace("/", ".")
+        if name.startswith("unsee.") and not name.startswith(module + "."):
+            out.append(f"{name} is linked to {path}")
+            continue
+        obj = importlib.import_module(module)
+        for part in name.removeprefix(module + ".").split("."):
+            obj = getattr(obj, part, None)
+        if obj is None or getattr(obj, "__module__", module) != module:
+            out.append(f"{name} is not defined in {path}")
+    return out
+
+
+def test_the_design_page_opens_with_the_data_path_of_a_forget_and_every_name_is_in_its_file():
+    assert data_path_problems((ROOT / "docs" / "design.md").read_text()) == []
+
+
+def test_the_data_path_check_names_a_function_the_code_does_not_have():
+    good = (ROOT / "docs" / "design.md").read_text()
+    bad = good.replace("[`unsee.model.plan.plan_forget`](../model/plan.py)", "[`unsee.model.plan.locate_target`](../model/plan.py)")
+    assert bad != good and data_path_problems(bad) == ["unsee.model.plan.locate_target is not defined in model/plan.py"]
+    moved = good.replace("[`unsee.model.replay.restore`](../model/replay.py)", "[`unsee.model.replay.restore`](../model/plan.py)")
+    assert data_path_problems(moved) == ["unsee.model.replay.restore is linked to model/plan.py"]

@@ -4,6 +4,7 @@ model imports nothing of unsee; specs and proofs import model only; impl imports
 Built from the source with `ast`, so a violation fails here before anyone reads the code."""
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -161,6 +162,7 @@ ONE_CONCEPT = {
     "unsee.proofs.obligations": "the Z3 obligations on the abstract F",
     "unsee.impl.organism.data": "the episode families recall-tiny is trained and measured on",
     "unsee.impl.store.sqlite": "the Store class (its encoding, digests and locking are their own modules)",
+    "unsee.specs.traces": "the event log of a forget: its events, the walk over it and one checker per rule",
 }
 
 
@@ -169,3 +171,39 @@ def test_no_module_is_long_unless_it_is_one_named_concept():
     long = {name for name, n in sizes.items() if n > LONG}
     assert long - ONE_CONCEPT.keys() == set(), "split by concept, or name the one concept here"
     assert ONE_CONCEPT.keys() - long == set(), "no longer long: remove it from ONE_CONCEPT"
+
+
+# the names of metering, drafts, B5′'s prefix cache and the mutants' hooks (a receipt's counts are data: allowed)
+ENGINE_NAMES = re.compile(r"(Meter|meter|hints?|drafts?|draft_\w+|credit|reuse|prefix_cache|graft|snapshot|mutants?|"
+                          r"after_step|decode_cost)")
+
+
+def engine_words_in_model(root: Path) -> dict[str, list[str]]:
+    """file → the names of metering, drafts, caches and mutants its code (not its docstrings) holds."""
+    import io
+    import tokenize
+
+    out = {}
+    for path in sorted((root / "model").glob("*.py")):
+        names = {tok.string for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
+                 if tok.type == tokenize.NAME and ENGINE_NAMES.fullmatch(tok.string)}
+        if names:
+            out[path.name] = sorted(names)
+    return out
+
+
+def test_the_model_is_the_spec_alone_no_metering_drafts_or_mutants():
+    """`model/` is F, the plan, the state and the observation algebra: the engine's counting, its
+    drafts and prefix cache, and the mutants' hooks live in `impl/engine` and `specs/`."""
+    assert engine_words_in_model(ROOT) == {}
+    from unsee.model.lm import LM
+
+    asked = {n for n in vars(LM) if not n.startswith("_")} - {"name"}
+    assert asked == {"encode", "header", "grammar", "json_text", "empty", "prefill", "decode", "crop", "kv_length",
+                     "resident", "rebuild", "select", "kv_digest"}
+
+
+def test_the_engine_word_check_sees_a_meter_in_the_model(tmp_path):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "state.py").write_text('"""a Meter in a docstring is prose"""\nmeter.tokens += 1\n')
+    assert engine_words_in_model(tmp_path) == {"state.py": ["meter"]}

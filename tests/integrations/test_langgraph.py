@@ -31,14 +31,14 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.prebuilt import create_react_agent
 
 from unsee.model.grammar import JsonSchema
-from unsee.model.session import UnseeError
+from unsee.model.errors import UnseeError
 from unsee.model.state import Observation, Part
 from unsee.specs import oracle
 from unsee.specs.harness import verify
 from unsee.specs.vectors import load_vectors, run_vectors
 
 from unsee.impl.integrations import langgraph as L
-from unsee.impl.integrations.langgraph import runtime as R
+from unsee.impl.integrations.langgraph import kit as R
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "my diagnosis is type 2 diabetes keep it private"
@@ -146,8 +146,8 @@ def test_forget_replays_T_minus_tau_plus_one_turns(forgotten):
     if kind == "react":  # every model turn of the replay is on the new branch (no summary leaves it)
         written = [m for t in L.lineage(rt.saver, rt.thread_id) for m in t.checkpoint["channel_values"].get("messages") or []
                    if isinstance(m, AIMessage)]
-        assert r.replies == len({m.id for m in written}) - len({m.id for m in before_tau(rt, r)}) > 0
-    assert 0 <= r.replies_skipped <= r.replies
+        assert r.work.replies == len({m.id for m in written}) - len({m.id for m in before_tau(rt, r)}) > 0
+    assert 0 <= r.work.replies_skipped <= r.work.replies
     assert r.transitions == r.T - r.tau + 1 == len(r.replayed) == 3
     assert rt.invocations == r.T + r.transitions
     assert list(rt.observations) == [o.without(frozenset({"med"})) for o in episode()]
@@ -329,9 +329,36 @@ def test_the_kit_passes_on_random_sessions(make):
     assert doc["forgets"] > 0 and doc["exact"] == doc["optimal_invocations"] == doc["forgets"]
 
 
+class ForkAtTau(R.GraphRuntime):
+    """A mutant the kit must reject: its forget forks from the checkpoint after turn τ, not τ−1."""
+
+    def forget(self, sources, method="B7", checkpoint=None):
+        from dataclasses import replace
+
+        import importlib
+
+        F = importlib.import_module("unsee.impl.integrations.langgraph.forget")
+
+        real = F.plan_forget
+
+        def one_late(s, srcs, cp=None, reset=False):
+            plan = real(s, srcs, cp, reset)
+            later = next((c for c in s.checkpoints if c.boundary == plan.boundary + 1), plan.checkpoint)
+            return replace(plan, checkpoint=later)
+        F.plan_forget = one_late
+        try:
+            return super().forget(sources, method, checkpoint)
+        finally:
+            F.plan_forget = real
+
+
+def langgraph_fork_at_tau(cfg: dict) -> R.GraphRuntime:
+    return ForkAtTau(R.react_agent, "tiny-llama", R._cfg(cfg))
+
+
 @pytest.mark.tiny
 def test_the_kit_rejects_a_fork_at_tau():
-    doc = verify(factory_for(R.langgraph_fork_at_tau), examples=2, seed=0, max_steps=4, shrink_seconds=1)
+    doc = verify(factory_for(langgraph_fork_at_tau), examples=2, seed=0, max_steps=4, shrink_seconds=1)
     assert doc["failures"], "the kit passed an integration that forks at τ instead of τ−1"
     f = doc["failures"][0]
     assert "Corollary 1" in f["message"] or "Theorem 1" in f["message"], f["message"]
@@ -397,7 +424,7 @@ def test_smollm2_books_with_the_medical_detail_and_the_forget_lists_it_for_compe
 
 
 def test_a_part_standing_instead_of_the_target_puts_tau_before_it(tmp_path):
-    """model.session.locate_target: a part shown only without z is read only in the twin's world,
+    """model.plan.first_entry: a part shown only without z is read only in the twin's world,
     so the shared prefix ends before it, even though z itself enters later."""
     from unsee.impl.integrations.langgraph.forget import messages_of
 

@@ -4,11 +4,11 @@ that takes its expectation from the oracle can fail (a mutant per check)."""
 import pytest
 from hypothesis import given, settings
 
-from unsee.model import Config, Observation, Part, ReferenceRuntime
-from unsee.model.session import (
-    append, choose_checkpoint, counterfactual_stream, first_entry, locate_target, new_session, provenance_graph,
-    replay_tools, run, sanitize, selective_replay, suffix_closure, taint_closure,
-)
+from unsee.model import Config, Observation, Part
+from unsee.specs.reference import ReferenceRuntime
+from unsee.model.replay import append, counterfactual_stream, new_session, run, sanitize, selective_replay
+from unsee.model.plan import (choose_checkpoint, first_entry, plan_forget, provenance_graph, replay_tools, suffix_closure,
+                              taint_closure)
 from unsee.specs import oracle
 from unsee.specs import statements as S
 from unsee.specs.harness import present_targets, verify
@@ -23,8 +23,9 @@ def compare_at_forget(s, chosen) -> None:
     for o in log:
         assert sanitize(o, chosen) == oracle.without(o, chosen)
         assert o.without(frozenset(chosen)) == oracle.without(o, chosen)
-    arts, tau = locate_target(s, chosen)
-    assert tau == first_entry(s, arts) == oracle.first_entry(log, chosen)
+    plan = plan_forget(s, chosen)
+    arts, tau = plan.carriers, plan.tau
+    assert tau == first_entry(s, arts, chosen)[0] == oracle.first_entry(log, chosen)
     g = provenance_graph(s.state)
     want = oracle.taint_closure(g, chosen)
     assert taint_closure(g, arts) == want
@@ -158,7 +159,7 @@ class _TwoBugs(ReferenceRuntime):
         from dataclasses import replace
 
         receipt = super().forget(sources, method, checkpoint)
-        return replace(receipt, tau=receipt.tau + 1)
+        return replace(receipt, plan=replace(receipt.plan, tau=receipt.tau + 1))
 
 
 def test_two_distinct_failures_each_come_back_with_a_runnable_trace():

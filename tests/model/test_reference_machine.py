@@ -4,7 +4,7 @@ its invariants, and B7's one-pass closure is checked against G's after every rul
 from hypothesis import settings
 from hypothesis.stateful import invariant
 
-from unsee.model.session import locate_source, suffix_closure, taint_closure
+from unsee.model.plan import locate_source, suffix_closure, taint_closure
 from unsee.specs.harness import present_targets
 from unsee.specs.machine import RuntimeMachine
 from unsee.specs import oracle

@@ -11,9 +11,10 @@ same boundary (the earliest turn of a tainted artifact, which is τ).
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from unsee.impl.engine.runtime import KVRuntime
-from unsee.model import Config, ReferenceRuntime
-from unsee.model.session import locate_source, suffix_closure, taint_closure
+from unsee.impl.engine.kv_runtime import KVRuntime
+from unsee.model import Config
+from unsee.specs.reference import ReferenceRuntime
+from unsee.model.plan import locate_source, suffix_closure, taint_closure
 from unsee.proofs.obligations import datalog_closure
 from unsee.specs.harness import present_targets
 from unsee.specs.strategies import programs
@@ -70,7 +71,7 @@ def test_z3_closure_refines_the_kv_runtime(model, program):
 
 def test_a_wrong_closure_is_told_apart():
     """Non-vacuity: a closure that misses transitive descendants disagrees with Z3's."""
-    from unsee.model.session import run
+    from unsee.model.replay import run
     from unsee.proofs.obligations import taint_session
 
     s = run(taint_session(9))

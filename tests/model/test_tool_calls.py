@@ -18,6 +18,7 @@ from hypothesis import given, settings, strategies as st
 from unsee.impl.store.episode import EpisodeError, parse_episode
 from unsee.model import Config, Observation, Part, counterfactual_stream, layer_digests, run, selective_replay
 from unsee.model.grammar import JsonSchema, SchemaError, conforms
+from unsee.impl.engine.reference import REFERENCE_ENGINE
 from unsee.model.lm import END, REFERENCE, extend
 from unsee.model.tools import SHIP_GIFT, Tool
 
@@ -64,10 +65,10 @@ def test_schemas_outside_the_subset_are_refused_by_name(schema, field):
         Tool.of("t", schema)
 
 
-# --- the reference: drafts and masks ------------------------------------------------------------
+# --- the reference: drafts (its engine's) and masks -----------------------------------------------
 
 def _constrained(kv, hint, draws=None):
-    return REFERENCE.decode(kv, 64, draws, hint, constraint=SHIP_GIFT.arguments)
+    return REFERENCE_ENGINE.decode(kv, 64, draws, hint, constraint=SHIP_GIFT.arguments)
 
 
 @given(st.integers(0, 10**6), st.integers(0, 60), st.integers(0, 255), st.booleans())
@@ -92,7 +93,7 @@ def test_a_wrong_draft_gives_exactly_the_decoded_reply_from_its_first_wrong_toke
 def test_the_mask_is_part_of_the_choice():
     """Unconstrained, the reference picks tokens outside any JSON document; under the mask never."""
     kv = extend((), (1, 2, 3))
-    free, _ = REFERENCE.decode(kv, 12, None)[:2]
+    free, _ = REFERENCE.decode(kv, 12, None)
     assert any(t >= 256 for t in free)
     out = _constrained(kv, None)[0]
     assert all(t < 256 for t in out[:-1]) and out[-1] == END

@@ -10,10 +10,10 @@ from typer.testing import CliRunner
 from unsee.impl.cli import app
 from unsee.proofs import code
 
-FUNCTIONS = {"unsee.model.session.first_entry", "unsee.model.session.sanitize", "unsee.model.session.taint_closure",
-             "unsee.model.state.Observation.without", "unsee.model.session.replay_tools",
-             "unsee.model.session.suffix_closure", "unsee.model.session.choose_checkpoint",
-             "unsee.model.session.restore"}
+FUNCTIONS = {"unsee.model.plan.first_entry", "unsee.model.replay.sanitize", "unsee.model.plan.taint_closure",
+             "unsee.model.state.Observation.without", "unsee.model.plan.replay_tools",
+             "unsee.model.plan.suffix_closure", "unsee.model.plan.choose_checkpoint",
+             "unsee.model.replay.restore"}
 runner = CliRunner()
 
 
@@ -107,8 +107,8 @@ def test_a_precondition_no_input_meets_is_vacuous():
     assert out.result == code.VACUOUS
 
 
-def _raises(s, c, meter):
-    from unsee.model.session import UnseeError
+def _raises(s, c):
+    from unsee.model.errors import UnseeError
 
     raise UnseeError(f"checkpoint at boundary {c.boundary} restored a cache of the wrong length")
 

@@ -54,7 +54,7 @@ def test_reference_passes_the_default_run_with_a_coverage_line(tmp_path):
 
 def test_a_runtime_that_raises_is_named_with_a_runnable_trace(tmp_path):
     (tmp_path / "raising.py").write_text(
-        "from unsee.model import Config, ReferenceRuntime\n"
+        "from unsee.model import Config\nfrom unsee.specs.reference import ReferenceRuntime\n"
         "class Raising(ReferenceRuntime):\n"
         "    def forget(self, sources, method='B7', checkpoint=None):\n"
         "        if method == 'B5':\n"
@@ -142,12 +142,12 @@ def test_the_guides_state_machine_runs_on_the_example_and_rejects_a_mutant(monke
 
 # --- the protocol's boundary: records as objects or mappings, every value checked -----------------
 
-from dataclasses import asdict, replace as _replace  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
 
 import networkx as nx  # noqa: E402
 
-from unsee.model import Config, Observation, Part, ReferenceRuntime  # noqa: E402
+from unsee.model import Config, Observation, Part# noqa: E402
+from unsee.specs.reference import ReferenceRuntime
 from unsee.specs import statements as S  # noqa: E402
 from unsee.specs.harness import verify  # noqa: E402
 from unsee.specs.protocol import ProtocolViolation, checked  # noqa: E402
@@ -184,8 +184,8 @@ class Reshaped(ReferenceRuntime):
         return g
 
     def forget(self, sources, method="B7", checkpoint=None):
-        r = super().forget(sources, method, checkpoint)
-        return self.receipt(_replace(r, compensation=tuple(self.compensation_entry(c) for c in r.compensation)))
+        r = dict(super().forget(sources, method, checkpoint))  # the receipt as the protocol's flat record
+        return self.receipt(r | {"compensation": tuple(self.compensation_entry(c) for c in r["compensation"])})
 
     @property
     def world(self):
@@ -203,7 +203,7 @@ class DictRecords(Reshaped):
     """Everything as dicts, as unsee's own `Agent.forget` returns its receipt; arguments as JSON objects."""
 
     def receipt(self, r):
-        return asdict(r) | {"replayed": list(r.replayed)}
+        return r | {"replayed": list(r["replayed"])}
 
     def world_entry(self, e):
         return {"call_id": e.call_id, "tool": e.tool, "args": as_json_args(e.args), "turn": e.turn}
@@ -272,7 +272,7 @@ def test_a_receipt_without_tau_is_named_at_its_step():
 def test_a_receipt_with_a_wrong_type_is_named():
     class TextTau(Reshaped):
         def receipt(self, r):
-            return _replace(r, tau=str(r.tau))
+            return r | {"tau": str(r["tau"])}
 
     expect(TextTau, "the runtime returned a receipt with `tau` = a str ('2') at the forget after step 4",
            "`tau` is an int ≥ 1; give `tau` as a whole number")
@@ -316,7 +316,7 @@ def test_a_compensation_entry_of_the_wrong_type_is_named():
 
     class NotAList(Reshaped):
         def receipt(self, r):
-            return _replace(r, compensation=r.compensation[0] if r.compensation else {})
+            return r | {"compensation": r["compensation"][0] if r["compensation"] else {}}
 
     expect(NotAList, "the receipt's compensation as a dict")
 

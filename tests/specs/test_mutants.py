@@ -42,7 +42,7 @@ def test_state_machine_rejects_mutant(mutant):
 
 def test_reference_passes_the_same_harness():
     def factory_for(cfg):
-        from unsee.model import ReferenceRuntime
+        from unsee.specs.reference import ReferenceRuntime
         return lambda: ReferenceRuntime(Config(sampling=cfg["sampling"], seed=cfg["seed"]), cfg["policy"])
 
     doc = verify(factory_for, examples=100, seed=0)

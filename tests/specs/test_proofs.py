@@ -245,7 +245,7 @@ def _latest(checkpoints, tau):
     return max(checkpoints, key=lambda c: c.boundary)
 
 
-def _one_block_too_many(s, c, meter):
+def _one_block_too_many(s, c):
     from dataclasses import replace as _replace
 
     live, stored = s.state, s.states[c.boundary]
@@ -259,25 +259,25 @@ def _without_keeps_hidden(self, sources):
 
 
 PLANTED = {  # (module attribute path, replacement, the tie that must catch it)
-    "first_entry returns the last entry": ("session.first_entry", code.broken_first_entry, "first_entry"),
-    "taint_closure follows one hop": ("session.taint_closure", code.broken_taint_closure, "closure"),
-    "suffix_closure skips artifacts with several parents": ("session.suffix_closure", _skips_multi_parent, "closure"),
-    "choose_checkpoint accepts boundary ≤ τ": ("session.choose_checkpoint", code.broken_choose_checkpoint,
+    "first_entry returns the last entry": ("plan.first_entry", code.broken_first_entry, "first_entry"),
+    "taint_closure follows one hop": ("plan.taint_closure", code.broken_taint_closure, "closure"),
+    "suffix_closure skips artifacts with several parents": ("plan.suffix_closure", _skips_multi_parent, "closure"),
+    "choose_checkpoint accepts boundary ≤ τ": ("plan.choose_checkpoint", code.broken_choose_checkpoint,
                                                "choose_checkpoint"),
-    "the latest checkpoint regardless of τ": ("session.choose_checkpoint", _latest, "choose_checkpoint"),
-    "restore keeps one block too many": ("session.restore", _one_block_too_many, "restore"),
-    "sanitize keeps a z-sourced instead_of part": ("session.sanitize", code.broken_sanitize, "sanitize"),
+    "the latest checkpoint regardless of τ": ("plan.choose_checkpoint", _latest, "choose_checkpoint"),
+    "restore keeps one block too many": ("replay.restore", _one_block_too_many, "restore"),
+    "sanitize keeps a z-sourced instead_of part": ("replay.sanitize", code.broken_sanitize, "sanitize"),
     "Observation.without keeps a z-sourced instead_of part": ("state.Observation.without", _without_keeps_hidden,
                                                               "sanitize"),
-    "replay_tools de-duplicates by call id only": ("session.replay_tools", code.broken_replay_tools, "replay_tools"),
+    "replay_tools de-duplicates by call id only": ("plan.replay_tools", code.broken_replay_tools, "replay_tools"),
 }
 
 
 def plant(monkeypatch, where, replacement):
-    from unsee.model import session, state
+    from unsee.model import plan, replay, state
 
     owner_path, attr = where.rsplit(".", 1)
-    owner = {"session": session, "state": state}[owner_path.split(".")[0]]
+    owner = {"plan": plan, "replay": replay, "state": state}[owner_path.split(".")[0]]
     for part in owner_path.split(".")[1:]:
         owner = getattr(owner, part)
     monkeypatch.setattr(owner, attr, replacement)

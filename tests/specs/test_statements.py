@@ -3,7 +3,8 @@
 import pytest
 from hypothesis import given, strategies as st
 
-from unsee.model import Config, Observation, Part, ReferenceRuntime, UnknownSource
+from unsee.model import Config, Observation, Part, UnknownSource
+from unsee.specs.reference import ReferenceRuntime
 from unsee.specs import oracle
 from unsee.specs import statements as S
 from unsee.specs.strategies import configs, observations
@@ -58,9 +59,13 @@ def test_session_start_policy_replays_everything():
 
 
 def test_compaction_after_tau_forces_rematerialized_prefix():
-    ob = S.observe(factory(), SESSION, ["z"])
-    assert ob.receipt.given["tokens_rematerialized"] > 0  # the compaction at t=5 rebuilt the cache
-    S.check_all(ob)
+    from unsee.impl.engine.kv_runtime import make_runtime  # the reference model, metered as an engine is
+
+    rt = make_runtime("reference")
+    for o in SESSION:
+        rt.step(o)
+    assert rt.forget(["z"]).work.tokens_rematerialized > 0  # the compaction at t=5 rebuilt the cache
+    S.check_all(S.observe(lambda: make_runtime("reference"), SESSION, ["z"]))
 
 
 def test_changed_side_effect_is_listed_for_compensation():
@@ -141,19 +146,19 @@ def test_restore_refuses_a_cache_that_does_not_hold_the_checkpoints_context():
     from dataclasses import replace
 
     from unsee.model.lm import ReferenceLM
-    from unsee.model.session import UnseeError, restore
-    from unsee.model.state import Meter
+    from unsee.model.errors import UnseeError
+    from unsee.model.replay import restore
 
     rt = ReferenceRuntime(Config(), "every")
     for o in SESSION[:4]:
         rt.step(o)
     s = rt.session
     c = s.checkpoints[2]
-    assert restore(s, c, Meter()).kv == s.state.kv[: c.token_offset]
+    assert restore(s, c).kv == s.state.kv[: c.token_offset]
 
     class ShortCrop(ReferenceLM):
         def crop(self, kv, n):
             return kv[: n - 1]
 
     with pytest.raises(UnseeError, match="restored a cache of"):
-        restore(replace(s, lm=ShortCrop()), c, Meter())
+        restore(replace(s, lm=ShortCrop()), c)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from unsee.impl.store.session import Agent
+from unsee.impl.store.agent import Agent
 from unsee.impl.store.errors import StoreError
 from unsee.model import Observation, Part
 

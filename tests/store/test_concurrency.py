@@ -33,7 +33,7 @@ EXE = str(Path(sys.executable).parent / "unsee")
 AGENT = textwrap.dedent("""
     import sys
     import time
-    from unsee.impl.store.session import Agent
+    from unsee.impl.store.agent import Agent
     from unsee.model import Observation, Part
 
     agent = Agent.open(sys.argv[1])
@@ -144,7 +144,7 @@ def test_opening_during_a_forget_leaves_its_intent_marker_alone(tmp_path):
 def test_two_agents_in_threads_of_one_process_take_turns(tmp_path):
     import threading
 
-    from unsee.impl.store.session import Agent
+    from unsee.impl.store.agent import Agent
 
     db = run_store(tmp_path, "threads.db")
     acknowledged: dict[str, list[str]] = {"a": [], "b": []}
@@ -177,8 +177,8 @@ def test_an_agent_that_read_the_store_before_another_saved_steps_on_top_of_it(tm
     after `Agent.open` read the store (or after its forget saved), before its next step, makes
     that step reopen the store instead of overwriting the other step. Both races are forced here:
     the other agent steps at exactly those points."""
-    import unsee.impl.store.session as session
-    from unsee.impl.store.session import Agent
+    import unsee.impl.store.agent as session
+    from unsee.impl.store.agent import Agent
 
     db = run_store(tmp_path, "read.db")
     other = Agent.open(db)
@@ -218,8 +218,8 @@ def test_a_forget_that_fails_after_its_replay_leaves_the_next_step_on_the_stored
     """A forget replays on the agent's own runtime before it saves; when the save fails (a full
     disk, an interrupt), the runtime holds a state the store does not. The next step must build on
     the store's state, not on that one."""
-    import unsee.impl.store.session as session
-    from unsee.impl.store.session import Agent
+    import unsee.impl.store.agent as session
+    from unsee.impl.store.agent import Agent
 
     db = run_store(tmp_path, "failed.db")
     agent = Agent.open(db)

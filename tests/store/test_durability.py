@@ -14,13 +14,14 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from typer.testing import CliRunner
 
-from unsee.impl.store.session import open_runtime
+from unsee.impl.store.agent import open_runtime
 from unsee.impl.cli import app
 from unsee.impl.store.episode import write_episode
 from unsee.impl.store.errors import StoreError
 from unsee.impl.store.locking import WRITE_POINTS, Failpoint
 from unsee.impl.store.sqlite import Store
-from unsee.model import Config, Observation, Part, ReferenceRuntime
+from unsee.model import Config, Observation, Part
+from unsee.specs.reference import ReferenceRuntime
 
 runner = CliRunner()
 SECRET = "zanzibar quokka 7731"
@@ -95,7 +96,7 @@ def test_failure_at_every_write_point_leaves_old_or_new(tmp_path, point):
     with pytest.raises(Failpoint):
         with store.exclusive("B7"):
             rt.forget(["z"])
-            store.save(rt.session, "reference", dict(rt.digest()), {"digests": dict(rt.digest())})
+            store.save(rt.session, "reference", rt.model, dict(rt.digest()), {"digests": dict(rt.digest())})
     store.close()
     now = snapshot(db)
     if point == "commit":  # the transaction had committed: the new state is there
@@ -306,7 +307,7 @@ class StoreWithCrashes(RuleBasedStateMachine):
         try:
             with store.exclusive("B7"):
                 rt.forget([src])
-                store.save(rt.session, "reference", dict(rt.digest()), {"digests": dict(rt.digest())})
+                store.save(rt.session, "reference", rt.model, dict(rt.digest()), {"digests": dict(rt.digest())})
         finally:
             store.close()
 

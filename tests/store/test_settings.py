@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from unsee.impl.cli import app
 from unsee.impl.store.errors import StoreError
-from unsee.impl.store.session import open_runtime
+from unsee.impl.store.agent import open_runtime
 from unsee.impl.store.sqlite import Store
 
 from tests.store.test_cli_store import EPISODE
@@ -131,7 +131,7 @@ def test_choosing_restores_the_thread_count_and_holds_at_most_two_loads(tmp_path
 
 
 def test_the_python_api_runs_the_reference_model_with_auto_settings(tmp_path):
-    from unsee.impl.store.session import Agent
+    from unsee.impl.store.agent import Agent
 
     with Agent.create(tmp_path / "r.db", "reference", attn="auto", dtype="auto", threads="auto") as agent:
         assert agent.settings_note is None and agent.session.T == 0

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from unsee.impl.cli import app
-from unsee.impl.store.session import Agent
+from unsee.impl.store.agent import Agent
 from unsee.model import Observation, Part
 
 pytestmark = pytest.mark.tiny

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.store.test_cli_store import EPISODE, unsee
-from unsee.impl.engine.runtime import make_runtime
-from unsee.impl.store.session import open_runtime
+from unsee.impl.engine.kv_runtime import make_runtime
+from unsee.impl.store.agent import open_runtime
 from unsee.impl.experiments.bench_store import store_session
 from unsee.impl.store.sqlite import Store
 
@@ -25,7 +25,7 @@ def stored_bytes(tmp_path, T: int) -> int:
         rt.step(o)
     db = tmp_path / f"T{T}.db"
     st = Store(db, create=True)
-    st.save(rt.session, "reference", dict(rt.digest()))
+    st.save(rt.session, "reference", rt.model, dict(rt.digest()))
     st.close()
     return db.stat().st_size
 
@@ -59,7 +59,7 @@ def stored_and_opened(tmp_path, T: int):
     for o in store_session(T, T - 11):
         rt.step(o)
     db = tmp_path / f"T{T}.db"
-    Store(db, create=True).save(rt.session, "reference", dict(rt.digest()))
+    Store(db, create=True).save(rt.session, "reference", rt.model, dict(rt.digest()))
     st = Store(db)
     return st, open_runtime(st), rt
 
@@ -76,7 +76,7 @@ def test_a_forget_decodes_only_the_states_it_needs(tmp_path):
     """Opening a stored session builds no R_t (not even R_T); a forget 12 turns from the end builds R_c, the
     states whose recorded replies it hands the replay as drafts, and R_T: a count that does
     not grow with T. The forgotten session equals a full reset's, so nothing was skipped."""
-    from unsee.impl.store.session import forget_stored
+    from unsee.impl.store.agent import forget_stored
 
     built = {}
     for T in (40, 160):
@@ -99,7 +99,7 @@ def test_a_forget_builds_and_compares_only_the_suffixs_source_sets(tmp_path, mon
     the replay reads and compares those of the artifacts it made: the same counts at T=40 and
     at T=160. The result still equals the twin's, source sets included."""
     import unsee.model.state as state_mod
-    from unsee.impl.store.session import forget_stored
+    from unsee.impl.store.agent import forget_stored
     from unsee.impl.store.encoding import StoredArtifact
 
     compared = []
@@ -139,7 +139,7 @@ def test_stored_source_sets_read_back_exactly_where_an_artifact_drops_a_source(t
     arts[i] = replace(arts[i], source_ids=arts[i].source_ids - {"z"})  # drops z; its children add it back
     edited = replace(s, states=s.states[:-1] + (replace(s.state, artifacts=tuple(arts)),))
     db = tmp_path / "drop.db"
-    Store(db, create=True).save(edited, "reference", dict(rt.digest()))
+    Store(db, create=True).save(edited, "reference", rt.model, dict(rt.digest()))
     want = [a.source_ids for a in arts]
     for order in ("reversed", "forward", "shuffled"):  # each on a fresh load: nothing read before
         back = Store(db).load(None).state.artifacts
@@ -157,7 +157,7 @@ def test_stored_source_sets_read_back_exactly_where_an_artifact_drops_a_source(t
 def test_a_forget_hands_its_freed_pages_back_and_an_open_writes_nothing(tmp_path):
     """secure_delete zeroes what a save deletes; a new store then returns the freed pages to the
     file system, so a forget leaves no free page behind. Opening a store writes nothing to it."""
-    from unsee.impl.store.session import forget_stored
+    from unsee.impl.store.agent import forget_stored
 
     from dataclasses import replace
 
@@ -167,7 +167,7 @@ def test_a_forget_hands_its_freed_pages_back_and_an_open_writes_nothing(tmp_path
             o = replace(o, parts=(replace(o.parts[0], text="passport X4417202 " * 1100),))
         rt.step(o)
     db = tmp_path / "big.db"
-    Store(db, create=True).save(rt.session, "reference", dict(rt.digest()))
+    Store(db, create=True).save(rt.session, "reference", rt.model, dict(rt.digest()))
     before = db.read_bytes()
     Store(db).close()
     assert db.read_bytes() == before  # an open that only reads leaves the file as it was

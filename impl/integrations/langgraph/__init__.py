@@ -12,7 +12,7 @@ four requirements (each checked, with an error that says what to do; see `forget
 - input messages stamped with source ids: `source_message(text, source)`.
 
 Modules: `chat` (the chat models), `tools` (marking, the world ledger), `history` (a thread's
-turns, erasure), `forget` (Algorithm 1 on a thread, through `unsee.model.session`), `runtime`
+turns, erasure), `forget` (Algorithm 1 on a thread, through `unsee.model`'s plan), `kit`
 (the conformance kit's runtime over a graph, and the example graphs).
 """
 
@@ -29,14 +29,14 @@ from unsee.impl.integrations.langgraph.chat import (
 )
 from unsee.impl.integrations.langgraph.forget import ThreadReceipt, forget, thread_graph, thread_log
 from unsee.impl.integrations.langgraph.history import erase_branches, lineage, turns
-from unsee.impl.integrations.langgraph.runtime import (
-    GraphRuntime, langgraph_fork_at_tau, langgraph_tiny_llama, react_agent, same_thread, summarizing_agent,
+from unsee.impl.integrations.langgraph.kit import (
+    GraphRuntime, langgraph_tiny_llama, react_agent, same_thread, summarizing_agent,
 )
 from unsee.impl.integrations.langgraph.tools import MarkedTool, World, consequential, read_only
 
 __all__ = [
     "DeclaredDeterministic", "GraphRuntime", "KVContext", "MarkedTool", "ThreadReceipt", "UnseeChatModel", "World",
-    "consequential", "deterministic", "erase_branches", "forget", "langgraph_fork_at_tau", "langgraph_tiny_llama",
+    "consequential", "deterministic", "erase_branches", "forget", "langgraph_tiny_llama",
     "lineage", "react_agent", "read_only", "same_thread", "source_message", "summarizing_agent", "thread_graph",
     "thread_log", "turns",
 ]

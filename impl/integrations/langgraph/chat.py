@@ -35,7 +35,7 @@ from pydantic import ConfigDict
 
 from unsee.impl.integrations.langgraph.tools import REPLAY
 from unsee.model.lm import draws as seeded_draws
-from unsee.model.session import UnseeError
+from unsee.model.errors import UnseeError
 
 EXACTNESS = "unsee_exactness"  # response_metadata key: "checked" (UnseeChatModel) or "declared"
 SALT = {"reply": 0, "plan": 1, "arguments": 2}

@@ -2,12 +2,11 @@
 
 The thread is read as a session of `unsee.model`: one observation per `graph.invoke` (its input
 messages, each a part under its source id), the conservative provenance graph over them, and
-a checkpoint at every turn boundary. Algorithm 1's pieces are `unsee.model.session`'s own:
-`locate_target` (τ, and earlier where a part stood instead of a target), `suffix_closure`
-(I(z)), `choose_checkpoint`, `sanitize`, `replay_tools` (committed calls recognised, the rest
-listed for compensation) and its `Receipt`. What is LangGraph's: forking at R_c, replaying
-turns c+1..T through the same compiled graph on the sanitized inputs, and erasing the old
-branch from the checkpointer's file.
+a checkpoint at every turn boundary. Algorithm 1's pieces are `unsee.model`'s own: the plan
+(`plan_forget`: τ, and earlier where a part stood instead of a target, I(z), c*), `sanitize`,
+line 8's report (`compensation`: committed calls recognised, the rest listed for compensation)
+and its `Receipt`. What is LangGraph's: forking at R_c, replaying turns c+1..T through the same
+compiled graph on the sanitized inputs, and erasing the old branch from the checkpointer's file.
 
 What a graph must satisfy (each checked, with an error saying what to do):
 - a `SqliteSaver` checkpointer;
@@ -22,7 +21,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
@@ -30,17 +29,18 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from unsee.impl.integrations.langgraph.chat import HIDDEN, KIND, SOURCE, exactness, kind_of
 from unsee.impl.integrations.langgraph.history import config_at, erase_branches, lineage, turns
 from unsee.impl.integrations.langgraph.tools import REPLAY, Replay, World, marked_tools
+from unsee.model.errors import UnseeError
 from unsee.model.grammar import canonical
-from unsee.model.session import (
-    Checkpoint, Receipt, Session, UnseeError, arguments, choose_checkpoint, locate_target, provenance_graph, replay_tools,
-    sanitize, suffix_closure,
-)
+from unsee.model.plan import Checkpoint, compensation, plan_forget, provenance_graph
+from unsee.model.receipt import Effects, Receipt, Work, make_receipt
+from unsee.model.replay import Session, sanitize
 from unsee.model.state import Artifact, Config, Observation, Part, State, graph_digest
 
 
 @dataclass(frozen=True)
 class ThreadReceipt(Receipt):
-    """The model's receipt, plus what a forget did to the thread and its file."""
+    """The model's receipt (plan, work, side effects), and what the forget did to the thread and
+    its checkpointer."""
 
     thread_id: str = ""
     exactness: str = "checked"  # "declared": a model the user declared deterministic was replayed unchecked
@@ -179,7 +179,7 @@ def drafts_of(tuples) -> dict:
 
 
 def forget(graph, thread_id: str, sources: Sequence[str], method: str = "B7", checkpoint: int | None = None,
-           erase: bool = True, _fork_offset: int = 0) -> ThreadReceipt:
+           erase: bool = True) -> ThreadReceipt:
     """Forget `sources` from a thread: fork from R_c (c: the last boundary before τ, or the forced
     `checkpoint`; method "B5": R_0), replay turns c+1..T on the sanitized inputs through the same
     compiled graph, and erase the old branch. The thread's head is then the thread a fresh run on
@@ -198,12 +198,8 @@ def forget(graph, thread_id: str, sources: Sequence[str], method: str = "B7", ch
     world = World(saver)
     rows = world.rows(thread_id)
     s = session_of(log, [e for e, _ in rows])
-    arts, tau = locate_target(s, list(sources))  # lines 1–2
-    taint = suffix_closure(s.state.artifacts, arts)  # line 3
-    cands = s.checkpoints if checkpoint is None else [c for c in s.checkpoints if c.boundary == checkpoint]
-    if checkpoint is not None and (not cands or checkpoint >= tau):
-        raise UnseeError(f"no checkpoint at boundary {checkpoint} before τ={tau}")
-    c = 0 if method == "B5" else choose_checkpoint(cands, tau).boundary + _fork_offset  # line 4
+    plan = plan_forget(s, sources, checkpoint, reset=method == "B5")  # lines 1–4
+    c = plan.boundary
     old = lineage(saver, thread_id)
     how = exactness([m for t in old for m in t.checkpoint.get("channel_values", {}).get("messages") or []])
     replay = Replay(recorded=_recorded(old), committed={e.call_id: e for e, _ in rows},
@@ -213,7 +209,7 @@ def forget(graph, thread_id: str, sources: Sequence[str], method: str = "B7", ch
     token = REPLAY.set(replay)
     try:
         for t in hist[c:]:  # lines 6–10
-            o = sanitize(log[t.index - 1], sources)
+            o = sanitize(log[t.index - 1], plan.sources)
             replayed.append(o)
             replay.turn, replay.seen = t.index, {}
             graph.invoke({**t.input, "messages": messages_of(o, t.input.get("messages") or [])}, cfg,
@@ -221,17 +217,16 @@ def forget(graph, thread_id: str, sources: Sequence[str], method: str = "B7", ch
             cfg = {"configurable": {"thread_id": thread_id}}
     finally:
         REPLAY.reset(token)
-    dedup, comp = replay_tools(s.world, tuple(replay.effects))  # line 8, A3
-    made = {e.call_id for e in replay.effects}
-    comp += [{"call_id": e.call_id, "tool": e.tool, "args": None, "committed": arguments(e.args),
-              "reason": "counterfactual makes no such call"} for e in s.world if e.turn > c and e.call_id not in made]
+    dedup, comp = compensation(s.world, replay.effects, c)  # line 8's report (A3)
     erased = erase_branches(saver, thread_id) if erase else {"checkpoints_deleted": 0, "writes_deleted": 0}
     head = turns(saver, thread_id)[-1].end
     fork = "" if c == 0 else hist[c - 1].end.config["configurable"]["checkpoint_id"]
-    return ThreadReceipt(tuple(sources), method, tau, len(log), c, len(replayed), 0, replay.decoded, 0,
-                         time.perf_counter() - t0, {}, tuple(sorted(taint)), tuple(comp), tuple(dedup), tuple(replayed),
-                         replies=replay.replies, replies_skipped=replay.skipped,
-                         thread_id=thread_id, exactness=how, fork_checkpoint_id=fork,
+    work = Work(transitions=len(replayed), tokens_decoded=replay.decoded, replies=replay.replies,
+                replies_skipped=replay.skipped)
+    receipt = make_receipt(method, plan, work, Effects(tuple(dedup), tuple(comp)), {}, time.perf_counter() - t0,
+                           replayed)
+    return ThreadReceipt(**{f.name: getattr(receipt, f.name) for f in fields(Receipt)}, thread_id=thread_id,
+                         exactness=how, fork_checkpoint_id=fork,
                          head_checkpoint_id=head.config["configurable"]["checkpoint_id"],
                          checkpoints_deleted=erased["checkpoints_deleted"], writes_deleted=erased["writes_deleted"],
                          tools_served=replay.served)

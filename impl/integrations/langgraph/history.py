@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from unsee.model.session import UnseeError
+from unsee.model.errors import UnseeError
 
 ROOT = "unsee-root"  # the checkpoint id R_0 stands for: none exists, so a fork from it starts empty
 

@@ -30,7 +30,7 @@ from langchain_core.tools import BaseTool
 from pydantic import ConfigDict
 
 from unsee.model.grammar import canonical
-from unsee.model.session import UnseeError
+from unsee.model.errors import UnseeError
 from unsee.model.state import LedgerEntry
 
 READ_ONLY, CONSEQUENTIAL = "read-only", "consequential"

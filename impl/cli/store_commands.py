@@ -46,7 +46,7 @@ def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observa
                                     "output.")) -> None:
     """Run a session from an episode file and store it."""
     from unsee.impl.store.episode import parse_episode
-    from unsee.impl.store.session import Agent
+    from unsee.impl.store.agent import Agent
     from unsee.model import Config, UnseeError
 
     try:
@@ -78,7 +78,7 @@ def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observa
     with agent:
         s, store = agent.session, agent.store
         n_pages, page_bytes, page_tokens = store.page_bytes()
-        identity = json.loads(store.meta("identity"))
+        identity = store.identity
         out.print(f"stored T={s.T} transitions, {len(s.checkpoints)} checkpoints, {len(s.state.artifacts)} "
                   f"artifacts in {db}")
         if "weights_sha256" in identity:
@@ -100,7 +100,7 @@ def forget(db: Path = typer.Option(..., help="The session store."),
            model: Optional[str] = typer.Option(None, help="Refuse unless the store was run on this model."),
            json_path: Optional[Path] = typer.Option(None, "--json", help="Write the receipt here.")) -> None:
     """Forget sources from a stored session and write the receipt (atomically)."""
-    from unsee.impl.store.session import forget_stored
+    from unsee.impl.store.agent import forget_stored
 
     method = method.value
     with opened_store(db, "; the store holds the session as it was before this forget") as store, \
@@ -136,7 +136,7 @@ def check(db: Path = typer.Option(..., help="The session store."),
     """Verify the store's digests, then re-derive the state by a full reset and compare.
 
     The full reset runs from the stored log; every layer is compared."""
-    from unsee.impl.store.session import check_store
+    from unsee.impl.store.agent import check_store
 
     with opened_store(db) as store:
         if fast:

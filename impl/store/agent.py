@@ -9,30 +9,30 @@ import json
 from contextlib import contextmanager
 from dataclasses import replace
 
-from unsee.impl.engine.runtime import make_runtime
+from unsee.impl.engine.kv_runtime import KVRuntime, make_runtime
+from unsee.model.receipt import receipt_json
 from unsee.impl.store.digests import identity_of, stored_settings
 from unsee.impl.store.errors import StoreError
-from unsee.model.runtime import ReferenceRuntime
-from unsee.model.session import UnseeError
+from unsee.model.errors import UnseeError
 from unsee.model.state import Config
 
 
-def open_runtime(store, **kw) -> ReferenceRuntime:
+def open_runtime(store, **kw) -> KVRuntime:
     """A runtime holding the stored session, verified row by row, on the model and execution
     settings the store was run with (weights, dtype, attention kernel, threads, device): anything
     else would not reproduce its states, so it is refused. No cache is resident until a forget
     restores one, from the store's K/V pages where it keeps them."""
     from unsee.impl.store.sqlite import with_live_cache
 
-    model = store.meta("model")
-    pages = store.meta("kv_pages")
-    stored = json.loads(store.meta("identity", "{}"))
+    model = store.model
+    pages = store.page_layout
+    stored = store.identity
     settings = stored_settings(store)
     kw = {"kv_pages": pages is not None, **settings, **kw}
     session = store.load(None)  # verified before a model is loaded for it
     root = store.loaded_root
     try:
-        rt = make_runtime(model, Config(), store.meta("policy"), **kw)
+        rt = make_runtime(model, Config(), store.policy, **kw)
     except RuntimeError as e:  # e.g. a CUDA store opened where there is no CUDA device
         raise StoreError(f"{store.path} was run with {settings}, which this machine cannot load ({e})") from e
     ours = identity_of(rt.model, model)
@@ -42,26 +42,15 @@ def open_runtime(store, **kw) -> ReferenceRuntime:
                          + "; this process would run " + ", ".join(f"{k}={ours[k]!r}" for k in differ)
                          + ": forgetting under other settings would not reproduce its states")
     if pages is not None:
-        if json.loads(pages) != rt.model.page_layout():
+        if pages != rt.model.page_layout():
             raise StoreError(f"the K/V pages in {store.path} have layout {pages}, but {model} loads as "
                              f"{rt.model.page_layout()}: open it with the dtype it was run with")
         rt.model.page_source = store.page_reader(rt.model.engine.device)
-    if hasattr(rt.model, "prepare_grammar"):  # a model's setup, counted in opening it
-        rt.model.prepare_grammar()
-    rt.session = with_live_cache(replace(session, lm=rt.model))
-    rt.config = rt.session.config
+    rt.model.prepare_grammar()  # a model's setup, counted in opening it
+    rt.session = with_live_cache(session)
+    rt.core.config = rt.session.config
     rt.root = root
     return rt
-
-
-def receipt_json(r) -> dict:
-    return {"sources": list(r.sources), "method": r.method, "tau": r.tau, "T": r.T, "checkpoint": r.checkpoint,
-            "transitions": r.transitions, "tokens_prefilled": r.tokens_prefilled, "tokens_decoded": r.tokens_decoded,
-            "tokens_rematerialized": r.tokens_rematerialized, "tokens_restored": r.tokens_restored,
-            "replies": r.replies, "replies_skipped": r.replies_skipped, "tokens_verified": r.tokens_verified,
-            "tokens_reused": r.tokens_reused,
-            "seconds": round(r.seconds, 4),
-            "digests": r.digests, "compensation": list(r.compensation), "deduplicated": list(r.deduplicated)}
 
 
 def check_store(store, on_step=None, fast: bool = False) -> dict:
@@ -76,18 +65,18 @@ def check_store(store, on_step=None, fast: bool = False) -> dict:
     if fast:
         with store.snapshot():
             root = store.verify(pages=True)
-            pages = store.db.execute("SELECT COUNT(*) FROM pages").fetchone()[0]
+            pages = store.page_count()
         return {"exact": None, "verified": True, "T": store.length(), "pages": pages, "root": root, "mismatches": [],
                 "pages_damaged": [{"key": k, "born": born} for k, born in store.damaged_pages]}
     stored = open_runtime(store)
     s = stored.session
-    model = store.meta("model")
+    model = store.model
     fresh = make_runtime(model, s.config, s.policy, kv_pages=False, **stored_settings(store))
     for obs in s.observations:
         fresh.step(obs)
         if on_step:
             on_step()
-    want = json.loads(store.meta("digests"))
+    want = store.digests
     got = dict(fresh.digest())
     mismatches = [{"layer": k, "t": s.T, "stored": want.get(k), "derived": got.get(k)}
                   for k in sorted(set(want) | set(got)) if want.get(k) != got.get(k)]
@@ -99,8 +88,7 @@ def check_store(store, on_step=None, fast: bool = False) -> dict:
         for k in sorted(set(last.get("digests", {})) | set(at)):
             if (n == s.T or k != "kv") and last.get("digests", {}).get(k) != at.get(k):
                 mismatches.append({"layer": f"receipt.{k}", "t": n})
-        row = store.db.execute("SELECT chain FROM observations WHERE t = ?", (n,)).fetchone()
-        if last.get("log_head") != (row[0] if row else "0" * 64):
+        if last.get("log_head") != store.chain_at(n):
             mismatches.append({"layer": "receipt.log_head", "t": n})
     for t, (a, b) in enumerate(zip(s.states, fresh.session.states)):
         da, db_ = layer_digests(a), layer_digests(b)
@@ -132,14 +120,14 @@ class TraceViolation(UnseeError):
 def trace_report(rt) -> dict | None:
     """The engine's event log of `rt`'s last forget, checked against the spec: {events,
     violations}; None for a runtime that records none (the reference)."""
-    trace = getattr(rt, "last_trace", None)
+    trace = rt.last_trace
     if trace is None:
         return None
     return {"events": len(trace.events), "violations": [str(v) for v in trace.violations()]}
 
 
 def forget_stored(store, sources, method: str = "B7", rt=None, head: str | None = None,
-                  model: str | None = None) -> tuple[ReferenceRuntime, dict]:
+                  model: str | None = None) -> tuple[KVRuntime, dict]:
     """Forget `sources` from a stored session under the store's lock and persist the result
     and its receipt in one transaction (only what follows the splice point is rewritten).
     `rt`: a runtime already holding the stored session whose store had root `head` (an agent
@@ -149,7 +137,7 @@ def forget_stored(store, sources, method: str = "B7", rt=None, head: str | None 
     TraceViolation and leaves the store as it was; the receipt's `trace` says what was checked."""
     import time
 
-    stored_model = store.meta("model")
+    stored_model = store.model
     if model is not None and model != stored_model:
         raise UnseeError(f"{store.path} was run on {stored_model!r}, not {model!r}: forgetting on another model "
                          "would not reproduce its states")
@@ -170,7 +158,7 @@ def forget_stored(store, sources, method: str = "B7", rt=None, head: str | None 
         texts = [p.text for o in rt.session.observations for p in o.parts if p.source in sources]
         receipt = rt.forget(list(sources), method=method)
         doc = receipt_json(receipt)
-        load = getattr(getattr(rt, "bundle", None), "load_seconds", None)
+        load = rt.model.load_seconds
         doc["load_seconds"] = round(opened if load is None else load, 4)  # the model, apart from the forget
         doc["open_seconds"] = round(opened, 4)  # model and stored session
         doc["import_seconds"] = round(imported, 4)  # torch and transformers, before the open
@@ -187,7 +175,7 @@ def forget_stored(store, sources, method: str = "B7", rt=None, head: str | None 
         t1 = time.perf_counter()
         # persisted, the targets are named by salted digest only; the caller keeps their names
         kept = {**doc, "sources": [store.target_digest(src) for src in sources]}
-        rt.root = store.save(rt.session, store.meta("model"), dict(receipt.digests), kept, since=receipt.checkpoint,
+        rt.root = store.save(rt.session, store.model, rt.model, dict(receipt.digests), kept, since=receipt.checkpoint,
                              expect=root)
         doc["save_seconds"] = round(time.perf_counter() - t1, 4)
         # verifying every row read and page restored, and sealing the new digests (part of the
@@ -245,7 +233,7 @@ class Agent:
                 rt.step(obs)
                 if on_step:
                     on_step()
-            rt.root = store.save(rt.session, model, dict(rt.digest()))
+            rt.root = store.save(rt.session, model, rt.model, dict(rt.digest()))
         except BaseException:
             store.close()
             for suffix in ("", "-journal", ".lock"):  # the path was claimed by this call: give it back
@@ -280,12 +268,12 @@ class Agent:
                 self.root = self.runtime.root
             s = self.runtime.session
             if not s.lm.resident(s.state.kv):  # opened from the store: bring R_T's cache back first
-                kv, _ = s.lm.rebuild(s.state.tokens, s.state.blocks)
+                kv = s.lm.rebuild(s.state.tokens, s.state.blocks)
                 self.runtime.session = replace(s, states=s.states[:-1] + (replace(s.state, kv=kv),))
             before = self.runtime.session
             try:
                 self.runtime.step(obs)
-                self.root = self.store.save(self.runtime.session, self.store.meta("model"),
+                self.root = self.store.save(self.runtime.session, self.store.model, self.runtime.model,
                                             dict(self.runtime.digest()), since=self.runtime.session.T - 1,
                                             expect=self.root)
             except BaseException:
@@ -294,7 +282,7 @@ class Agent:
         from unsee.impl.store.show import decoder_of, turn_view
 
         s = self.runtime.session
-        return turn_view(s.T, obs, s.states[-2], s.state, decoder_of(s.lm))
+        return turn_view(s.T, obs, s.states[-2], s.state, decoder_of(self.runtime.model.template))
 
     def forget(self, sources, method: str = "B7") -> dict:
         """Forget on the live runtime (its resident cache is cropped, not re-read) and persist,

@@ -30,7 +30,8 @@ from pydantic import Field
 from unsee.impl.integrations.langgraph.chat import UnseeChatModel
 from unsee.impl.integrations.langgraph.forget import forget, graph_digest_of, messages_of, thread_graph
 from unsee.impl.integrations.langgraph.tools import World, consequential, read_only
-from unsee.model.session import UnseeError, sanitize
+from unsee.model.errors import UnseeError
+from unsee.model.replay import sanitize
 from unsee.model.state import Config, Observation
 
 
@@ -127,7 +128,7 @@ class GraphRuntime:
     name = "langgraph"
 
     def __init__(self, build=react_agent, model: str = "tiny-llama", config: Config = Config(),
-                 path: str = ":memory:", fork_offset: int = 0, dtype: str = "float32", device: str | None = None,
+                 path: str = ":memory:", dtype: str = "float32", device: str | None = None,
                  **llm) -> None:
         self.conn = sqlite3.connect(path, check_same_thread=False)
         self.saver = SqliteSaver(self.conn)
@@ -135,7 +136,6 @@ class GraphRuntime:
                                              seed=config.seed or 0, **llm)
         self.agent = build(self.llm, self.saver)
         self.world_ledger = World(self.saver)
-        self.fork_offset = fork_offset
         self._threads = itertools.count()
         self.thread_id: str | None = None
         self.reset()
@@ -163,7 +163,7 @@ class GraphRuntime:
         self._invocations += 1
 
     def forget(self, sources, method: str = "B7", checkpoint: int | None = None):
-        r = forget(self.agent, self.thread_id, list(sources), method, checkpoint, _fork_offset=self.fork_offset)
+        r = forget(self.agent, self.thread_id, list(sources), method, checkpoint)
         fed = [sanitize(o, sources) for o in self.log]
         if [o.parts for o in fed[r.checkpoint:]] != [o.parts for o in r.replayed]:
             raise UnseeError("the thread's inputs are not the observations this runtime fed it")
@@ -226,8 +226,3 @@ def langgraph_tiny_llama(cfg: dict) -> GraphRuntime:
 def langgraph_summarizing_tiny_llama(cfg: dict) -> GraphRuntime:
     """The custom graph with a summarization node, for the kit."""
     return GraphRuntime(summarizing_agent, "tiny-llama", _cfg(cfg))
-
-
-def langgraph_fork_at_tau(cfg: dict) -> GraphRuntime:
-    """A mutant the kit must reject: it forks from the checkpoint after turn τ, not τ−1."""
-    return GraphRuntime(react_agent, "tiny-llama", _cfg(cfg), fork_offset=1)
