@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import operator
+import unicodedata
 from dataclasses import InitVar, dataclass, field, fields, replace
 from typing import Any
 
@@ -49,6 +50,17 @@ class Part:
     source: str
     text: str
     instead_of: str | None = None
+
+    def __post_init__(self) -> None:
+        # ids that print alike are one id: `café` as one code point or as `e` and a combining accent
+        if not _nfc(self.source) or (self.instead_of is not None and not _nfc(self.instead_of)):
+            what, sid = ("source", self.source) if not _nfc(self.source) else ("instead_of", self.instead_of)
+            raise ValueError(f"{what} id {sid!r} is not in Unicode NFC; write it as "
+                             f"{unicodedata.normalize('NFC', sid)!r}, which prints the same")
+
+
+def _nfc(sid) -> bool:
+    return not isinstance(sid, str) or unicodedata.is_normalized("NFC", sid)
 
 
 @dataclass(frozen=True)
