@@ -20,6 +20,22 @@ from unsee.model.state import forward_groups
 from unsee.specs.traces import Begin, Commit, RebuildBegin, RebuildEnd, StepEnd
 
 
+class ContextWindowError(UnseeError):
+    """A forward that would take the context past the model's window: refused before anything is
+    allocated for it (an attention over more positions than the model has is both meaningless and,
+    for a long text, an allocation of tens of GB)."""
+
+
+def window_of(config) -> int | None:
+    """The positions a model takes, BOS included: its config's `max_position_embeddings` (GPT-2's
+    `n_positions`), or None where the config does not say."""
+    for name in ("max_position_embeddings", "n_positions"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
 @dataclass(frozen=True)
 class KVRef:
     """The cache a state refers to: its length in context tokens and the engine epoch
@@ -55,6 +71,7 @@ class TorchLM:
         self.capture_seconds = 0.0  # time spent slicing pages out of the cache (page-write overhead)
         self.passes = 0  # fixed-point prefills of replies
         self.drafts_ok, self.drafts_note = row_independence(self.engine)
+        self.window = window_of(bundle.model.config)  # positions, BOS included; None: unbounded
 
     # -- the event log (unsee.specs.traces) -------------------------------------------------
     def record_events(self) -> list:
@@ -118,6 +135,14 @@ class TorchLM:
     def resident(self, kv) -> bool:
         return isinstance(kv, KVRef) and kv.epoch == self.epoch and kv.length + len(self.bos) == len(self.engine)
 
+    def _room(self, n: int, what: str) -> None:
+        """Refuse a forward of n more positions past the window, before anything is allocated."""
+        if self.window is not None and len(self.engine) + n > self.window:
+            raise ContextWindowError(
+                f"{what} of {n} tokens would take the context to {len(self.engine) + n} positions, past "
+                f"{self.name}'s context window of {self.window} (BOS included); compact the context (an "
+                "observation with compact) or shorten the observations and replies")
+
     def _ref(self) -> KVRef:
         return KVRef(len(self.engine) - len(self.bos), self.epoch)
 
@@ -132,6 +157,7 @@ class TorchLM:
     def prefill(self, kv: KVRef, tokens, logits: bool = False, reuse=None) -> KVRef:
         self._live(kv)
         tokens = list(tokens)
+        self._room(len(tokens), "a prompt block")
         n, b = len(self.ctx), len(self.bos)
         if not logits and self.reuses(kv, tokens, reuse):
             # a whole block inside the resident prefix: reuse its rows (same schedule, same bits)
@@ -155,6 +181,7 @@ class TorchLM:
         its header's first). `constraint` (from `grammar`): at most n tokens under a tool's JSON schema."""
         self._live(kv)
         head = list(head)
+        self._room(len(head) + n, "a model turn (its prompt, header and reply)")
         v0 = self.engine.tokens_verified
         if constraint is not None:
             out, decoded, passes = self.engine.fixed_point_under(n, draws, hint, constraint, exact_rows=self.drafts_ok,
@@ -197,6 +224,9 @@ class TorchLM:
         joined prompt blocks, header and reply together). What is kept or read back is whole
         forwards: a forward's rows are recomputed all together or not at all."""
         tokens, blocks = list(tokens), list(blocks)
+        if self.window is not None and len(self.bos) + len(tokens) > self.window:
+            raise ContextWindowError(f"a context of {len(tokens)} tokens does not fit {self.name}'s context window "
+                                     f"of {self.window} (BOS included); it cannot be re-materialized on this model")
         log = self.engine.recorder
         if log is not None:
             log.append(RebuildBegin())
