@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 import sqlite3
 import sys
 import time
@@ -14,6 +16,7 @@ from typing import Iterator, NoReturn, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 class Engine(str, Enum):
@@ -77,8 +80,48 @@ def args_text(args) -> str:
     return json.dumps(args, ensure_ascii=False)
 
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Exact execution-state unlearning for stateful LLM agents, and the proofs that it is exact.")
+def environment_failure(e: BaseException) -> str | None:
+    """The one line that says what the machine a command runs on refused it (memory, a file it
+    cannot read or write) and what to do, or None for anything else (a bug keeps its traceback)."""
+    text = " ".join(str(e).split())  # one line, whatever the library wrote
+    if isinstance(e, MemoryError) or (isinstance(e, OSError) and e.errno == errno.ENOMEM) \
+            or (isinstance(e, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text.lower())) \
+            or (isinstance(e, (ImportError, OSError)) and "failed to map segment" in text):
+        asked = re.search(r"tried to allocate (\d+) bytes", text)  # torch's CPU allocator says how much
+        if asked:
+            n = int(asked.group(1))
+            what = f"an allocation of {n / 1e9:.1f} GB failed" if n >= 1e9 else \
+                f"an allocation of {n / 1e6:.1f} MB failed" if n >= 1e6 else f"an allocation of {n} bytes failed"
+        elif "failed to map segment" in text:
+            what = f"a library could not be loaded ({text})"
+        else:
+            what = text or "Python could not allocate memory"
+        return (f"out of memory: {what}. Free memory or raise the process's limit (ulimit -v), or use a smaller "
+                "model or shorter observations")
+    if isinstance(e, OSError):
+        where = f"{e.filename}: " if e.filename else ""
+        return f"{where}{e.strerror or text}; check the path, its permissions and the free space"
+    return None
+
+
+class App(typer.Typer):
+    """The `unsee` command: a failure of the machine (`environment_failure`) ends a command with one
+    line on stderr and exit code 2, as a refusal does (`fail`), instead of a traceback. UNSEE_DEBUG=1
+    shows the traceback."""
+
+    def __call__(self, *args, **kwargs):
+        try:
+            return super().__call__(*args, **kwargs)
+        except Exception as e:
+            line = None if os.environ.get("UNSEE_DEBUG") else environment_failure(e)
+            if line is None:
+                raise
+            console.print(f"[red]error:[/red] {escape(line)}", soft_wrap=True, highlight=False)
+            sys.exit(2)
+
+
+app = App(add_completion=False, no_args_is_help=True,
+          help="Exact execution-state unlearning for stateful LLM agents, and the proofs that it is exact.")
 
 
 def _width(stream) -> int | None:
