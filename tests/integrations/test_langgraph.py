@@ -26,7 +26,6 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
-from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.prebuilt import create_react_agent
 
@@ -232,12 +231,12 @@ class Scripted(BaseChatModel):
 
     def _generate(self, messages, stop=None, run_manager=None, **kw):
         last, n = messages[-1], len(messages)
-        if kw.get("tools") and isinstance(last, HumanMessage) and "twice" in last.content:
+        if kw.get("tools") and isinstance(last, HumanMessage) and "twice" in last.text:
             call = {"name": "book_appointment", "type": "tool_call", "args": {"doctor": "Dr. Rivera", "reason": "checkup"}}
             msg = AIMessage("", id=f"a{n}", tool_calls=[{**call, "id": f"c{n}.{k}"} for k in (1, 2)])
-        elif kw.get("tools") and isinstance(last, HumanMessage) and "diagnosis" in last.content:
+        elif kw.get("tools") and isinstance(last, HumanMessage) and "diagnosis" in last.text:
             msg = AIMessage("", id=f"a{n}", tool_calls=[{"name": "book_appointment", "id": f"c{n}", "type": "tool_call",
-                                                          "args": {"doctor": "Dr. Rivera", "reason": last.content}}])
+                                                          "args": {"doctor": "Dr. Rivera", "reason": last.text}}])
         else:
             msg = AIMessage(f"noted {n}", id=f"a{n}")
         return ChatResult(generations=[ChatGeneration(message=msg)])
@@ -299,17 +298,20 @@ def test_an_unmarked_tool_is_refused(tmp_path):
         L.forget(agent, "t1", ["u1"])
 
 
-def test_an_input_without_a_source_id_is_refused(tmp_path):
+def test_an_untagged_input_is_named_by_its_place(tmp_path):
+    """An input without a source id is an ordinary message: its source is its place, t<turn>.<k>."""
     agent, _ = scripted_agent(tmp_path / "a.sqlite", L.deterministic(Scripted()))
-    agent.invoke({"messages": [HumanMessage("hello")]}, {"configurable": {"thread_id": "t1"}})
-    with pytest.raises(UnseeError, match="carries no source id"):
+    cfg = {"configurable": {"thread_id": "t1"}}
+    agent.invoke({"messages": [HumanMessage("hello")]}, cfg)
+    agent.invoke({"messages": [("user", "second"), L.source_message("third", "u3")]}, cfg)
+    assert [(s["source"], s["turn"], s["tagged"]) for s in L.sources(agent, "t1")] == \
+        [("t1.1", 1, False), ("t2.1", 2, False), ("u3", 2, True)]
+    with pytest.raises(UnseeError, match=r"known sources: \['t1.1', 't2.1', 'u3'\]"):
         L.forget(agent, "t1", ["u1"])
-
-
-def test_a_checkpointer_other_than_sqlite_is_refused():
-    agent = create_react_agent(L.deterministic(Scripted()), Counted().tools, checkpointer=InMemorySaver())
-    with pytest.raises(UnseeError, match="needs a SqliteSaver"):
-        L.forget(agent, "t1", ["u1"])
+    r = L.forget(agent, "t1", ["t2.1"])
+    assert (r.tau, r.transitions) == (2, 1)
+    assert [m.content for m in agent.get_state(cfg).values["messages"] if isinstance(m, HumanMessage)] == \
+        ["hello", "third"]
 
 
 def test_an_unknown_source_names_the_known_ones(tmp_path):
@@ -426,7 +428,7 @@ def test_smollm2_books_with_the_medical_detail_and_the_forget_lists_it_for_compe
 def test_a_part_standing_instead_of_the_target_puts_tau_before_it(tmp_path):
     """model.plan.first_entry: a part shown only without z is read only in the twin's world,
     so the shared prefix ends before it, even though z itself enters later."""
-    from unsee.impl.integrations.langgraph.forget import messages_of
+    from unsee.impl.integrations.langgraph.inputs import messages_of
 
     agent, _ = scripted_agent(tmp_path / "a.sqlite", L.deterministic(Scripted()))
     cfg = {"configurable": {"thread_id": "t1"}}

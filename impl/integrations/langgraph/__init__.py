@@ -2,41 +2,53 @@
 
 A LangGraph thread checkpoints its state after every super-step, but `RemoveMessage` only changes
 the head: older checkpoints keep the message, and a fork re-runs the model and the tools
-unguarded. `forget(graph, thread_id, sources)` forgets exactly on any compiled graph that meets
-four requirements (each checked, with an error that says what to do; see `forget`):
+unguarded. `forget(graph, thread_id, sources)` (`await aforget(...)` on an async checkpointer) forgets
+exactly on any compiled graph that meets three requirements (each checked before anything is
+written, with an error that says what to do; see `forget`):
 
-- a `SqliteSaver` checkpointer;
+- a checkpointer a forget can erase: InMemorySaver, SqliteSaver, AsyncSqliteSaver, PostgresSaver
+  or AsyncPostgresSaver;
 - a deterministic chat model: `UnseeChatModel` (unsee's KV engine, checked), or another model
   declared with `deterministic(model)` (replayed unchecked; the receipt says so);
-- every tool marked: `read_only(tool)` or `consequential(tool)`;
-- input messages stamped with source ids: `source_message(text, source)`.
+- every tool marked: `read_only(tool)` or `consequential(tool)`.
 
-Modules: `chat` (the chat models), `tools` (marking, the world ledger), `history` (a thread's
-turns, erasure), `forget` (Algorithm 1 on a thread, through `unsee.model`'s plan), `kit`
-(the conformance kit's runtime over a graph, and the example graphs).
+Inputs may take any form LangGraph accepts; `source_message(text, source)` names a part, an
+untagged one is named by its place (`sources(graph, thread_id)` lists them). `forgettable(graph)`
+checks the graph when it is built and gives messages ids derived from their place, so a forgotten
+thread equals a fresh one id for id (`compare_threads` says what differs).
+
+Modules: `chat` (the chat models), `tools` (marking, the world ledger), `savers` (one adapter
+per checkpointer: the ledger's table, erasure), `history` (a thread's turns), `forget`
+(Algorithm 1 on a thread, through `unsee.model`'s plan), `compare` (what differs between two
+threads), `kit` (the conformance kit's runtime over a graph, and the example graphs).
 """
 
 try:
     import langgraph  # noqa: F401
     from langchain_core.language_models.chat_models import BaseChatModel  # noqa: F401
-    from langgraph.checkpoint.sqlite import SqliteSaver  # noqa: F401
+    from langgraph.checkpoint.memory import InMemorySaver  # noqa: F401
 except ImportError as e:  # pragma: no cover - exercised by a test that hides langgraph
     raise ImportError("unsee.impl.integrations.langgraph needs LangGraph and LangChain: "
                       "pip install unsee[langgraph]") from e
 
-from unsee.impl.integrations.langgraph.chat import (
-    DeclaredDeterministic, KVContext, UnseeChatModel, deterministic, source_message,
+from unsee.impl.integrations.langgraph.chat import KVContext, UnseeChatModel, source_message
+from unsee.impl.integrations.langgraph.declared import DeclaredDeterministic, deterministic
+from unsee.impl.integrations.langgraph.compare import acompare_threads, compare_threads
+from unsee.impl.integrations.langgraph.forget import (
+    ThreadReceipt, aforget, asources, forget, forgettable, sources, thread_graph, thread_log,
 )
-from unsee.impl.integrations.langgraph.forget import ThreadReceipt, forget, thread_graph, thread_log
+from unsee.impl.integrations.langgraph.inputs import message_id
 from unsee.impl.integrations.langgraph.history import erase_branches, lineage, turns
 from unsee.impl.integrations.langgraph.kit import (
     GraphRuntime, langgraph_tiny_llama, react_agent, same_thread, summarizing_agent,
 )
+from unsee.impl.integrations.langgraph.checkpointers import adapter
 from unsee.impl.integrations.langgraph.tools import MarkedTool, World, consequential, read_only
 
 __all__ = [
     "DeclaredDeterministic", "GraphRuntime", "KVContext", "MarkedTool", "ThreadReceipt", "UnseeChatModel", "World",
-    "consequential", "deterministic", "erase_branches", "forget", "langgraph_tiny_llama",
-    "lineage", "react_agent", "read_only", "same_thread", "source_message", "summarizing_agent", "thread_graph",
-    "thread_log", "turns",
+    "acompare_threads", "adapter", "aforget", "asources", "compare_threads", "consequential", "deterministic",
+    "erase_branches", "forget", "forgettable", "langgraph_tiny_llama", "lineage", "message_id", "react_agent",
+    "read_only", "same_thread", "source_message", "sources", "summarizing_agent", "thread_graph", "thread_log",
+    "turns",
 ]

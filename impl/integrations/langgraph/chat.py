@@ -17,14 +17,14 @@ any reply. The tiny word-level models choose the name token by token, then the a
 the byte grammar. After a tool's result it answers in text, so a ReAct loop ends;
 `tool_choice="none"` answers at once. docs/langgraph.md says how long a call and an answer may be.
 
-`deterministic(model)` declares another chat model deterministic: a forget then replays it
-without checking it, and its receipt says the exactness was declared, not checked.
+Another chat model is declared deterministic with `deterministic(model)` (`declared`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from typing import Any, Sequence
 
 from langchain_core.language_models.chat_models import BaseChatModel
@@ -58,7 +58,22 @@ def kind_of(m: BaseMessage) -> str:
 
 
 def _text(m: BaseMessage) -> str:
-    return m.content if isinstance(m.content, str) else json.dumps(m.content, sort_keys=True)
+    """A message's text: its content, or the text of its content blocks where every block is text
+    (`[{"type": "text", "text": ...}]`, as LangChain writes multimodal content); a block of any
+    other kind is refused: the model reads text only."""
+    if isinstance(m.content, str):
+        return m.content
+    parts = []
+    for b in m.content:
+        if isinstance(b, str):
+            parts.append(b)
+        elif isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str):
+            parts.append(b["text"])
+        else:
+            kind = b.get("type") if isinstance(b, dict) else type(b).__name__
+            raise UnseeError(f"a {type(m).__name__} holds a content block of type {kind!r}; UnseeChatModel reads "
+                             "text only: give it the text (a str, or text blocks)")
+    return "".join(parts)
 
 
 class KVContext:
@@ -83,6 +98,7 @@ class KVContext:
         self.exact_rows, _ = row_independence(self.engine)
         self.vocab = bundle.model.get_output_embeddings().weight.shape[0]
         self.generations = 0  # model turns written
+        self.lock = threading.RLock()  # one call at a time on the one cache (batch, abatch, threads)
 
     def reset(self) -> None:
         self.engine.reset()
@@ -265,6 +281,16 @@ class UnseeChatModel(BaseChatModel):
         return seeded_draws(self.seed, int(key[:8], 16), SALT[purpose], n) if self.sampling else None
 
     def _generate(self, messages, stop=None, run_manager=None, **kw) -> ChatResult:
+        with self.context.lock:
+            return self._write(messages, **kw)
+
+    async def _agenerate(self, messages, stop=None, run_manager=None, **kw) -> ChatResult:
+        """The same reply as `_generate`, computed in the event loop's thread (the forwards are CPU or
+        GPU work the loop would wait for anyway; calls of an `abatch` take the cache in turn)."""
+        with self.context.lock:
+            return self._write(messages, **kw)
+
+    def _write(self, messages, **kw) -> ChatResult:
         ctx = self.context
         specs = kw.get("tools") or []
         choice = kw.get("tool_choice")
@@ -413,56 +439,6 @@ def _schemas(specs) -> list[tuple[str, dict]]:
     """(name, argument schema) of each bound tool, properties in the order the function declares them."""
     return [(s["function"]["name"], s["function"].get("parameters") or {"type": "object", "properties": {}})
             for s in specs]
-
-
-class DeclaredDeterministic(BaseChatModel):
-    """Another chat model, declared deterministic by its user (see `deterministic`)."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    inner: BaseChatModel
-
-    @property
-    def _llm_type(self) -> str:
-        return f"declared-deterministic-{self.inner._llm_type}"
-
-    def bind_tools(self, tools, **kw):
-        bound = self.inner.bind_tools(tools, **kw)
-        if getattr(bound, "bound", None) is not self.inner:
-            raise UnseeError(f"{type(self.inner).__name__}.bind_tools does not return a binding of the model; "
-                             "wrap the bound model instead: deterministic(model.bind_tools(tools))")
-        return self.bind(**bound.kwargs)
-
-    def _generate(self, messages, stop=None, run_manager=None, **kw) -> ChatResult:
-        out = self.inner._generate(messages, stop=stop, run_manager=run_manager, **kw)
-        for g in out.generations:
-            g.message.response_metadata = {**g.message.response_metadata, EXACTNESS: "declared"}
-        return out
-
-
-def deterministic(model: BaseChatModel) -> DeclaredDeterministic:
-    """Declare `model` deterministic (the same messages always give the same reply): a forget
-    replays it unchecked and its receipt says `exactness="declared"`."""
-    if isinstance(model, (UnseeChatModel, DeclaredDeterministic)):
-        return model
-    if not isinstance(model, BaseChatModel):
-        raise UnseeError(f"{model!r} is not a LangChain chat model (BaseChatModel)")
-    return DeclaredDeterministic(inner=model)
-
-
-def exactness(messages: Sequence[BaseMessage]) -> str:
-    """"checked" if every model reply came from UnseeChatModel, "declared" if some came from a
-    declared model; a reply from any other model is refused with what to do."""
-    out = "checked"
-    for m in messages:
-        if isinstance(m, AIMessage):
-            e = m.response_metadata.get(EXACTNESS)
-            if e is None:
-                raise UnseeError(f"message {m.id!r} was written by a chat model a forget cannot replay exactly; "
-                                 "use UnseeChatModel, or declare the model with deterministic(model)")
-            if e == "declared":
-                out = "declared"
-    return out
 
 
 def source_message(text: str, source: str, kind: str = "user") -> BaseMessage:

@@ -1,40 +1,57 @@
-"""`forget(graph, thread_id, sources)` on a compiled LangGraph graph: Algorithm 1 on a thread.
+"""`forget(graph, thread_id, sources)` (and `aforget`) on a compiled LangGraph graph: Algorithm 1 on a thread.
 
-The thread is read as a session of `unsee.model`: one observation per `graph.invoke` (its input
+The thread is read as a session of `unsee.model`: one observation per invocation (its input
 messages, each a part under its source id), the conservative provenance graph over them, and
 a checkpoint at every turn boundary. Algorithm 1's pieces are `unsee.model`'s own: the plan
 (`plan_forget`: τ, and earlier where a part stood instead of a target, I(z), c*), `sanitize`,
 line 8's report (`compensation`: committed calls recognised, the rest listed for compensation)
 and its `Receipt`. What is LangGraph's: forking at R_c, replaying turns c+1..T through the same
-compiled graph on the sanitized inputs, and erasing the old branch from the checkpointer's file.
+compiled graph on the sanitized inputs, and erasing the old branch from the checkpointer.
 
-What a graph must satisfy (each checked, with an error saying what to do):
-- a `SqliteSaver` checkpointer;
+A turn's input is read as LangGraph reads it, each message a part under its source id
+(`inputs`: tagged, or named by its place `t<turn>.<k>`); `sources(graph, thread_id)` lists them.
+
+What a graph must satisfy (each checked before anything is written, with an error saying what to do):
+- a checkpointer a forget can erase (`checkpointers`: InMemorySaver, SqliteSaver, AsyncSqliteSaver,
+  PostgresSaver, AsyncPostgresSaver); an async one is forgotten with `aforget`;
 - every model reply from `UnseeChatModel`, or from a model declared with `deterministic(model)`
   (the receipt then says `exactness="declared"`: replayed, not checked);
 - every tool of every `ToolNode` marked `read_only(...)` or `consequential(...)`;
-- every input message stamped with its source id (`source_message(text, source)`, or
-  `additional_kwargs={"unsee_source": id}`).
+- a thread of whole turns (`history.check_history`: no interrupt, update_state, failed step,
+  subgraph checkpoints or durability="exit").
+`forgettable(graph)` checks the first and third when the graph is built, and gives every message
+that arrives without an id one derived from its place (`message_id`), so a forgotten thread
+and a fresh one carry the same ids.
 """
 
 from __future__ import annotations
 
-import json
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Sequence
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, RemoveMessage, ToolMessage
 
-from unsee.impl.integrations.langgraph.chat import HIDDEN, KIND, SOURCE, exactness, kind_of
-from unsee.impl.integrations.langgraph.history import config_at, erase_branches, lineage, turns
-from unsee.impl.integrations.langgraph.tools import REPLAY, Replay, World, marked_tools
+from unsee.impl.integrations.langgraph.chat import kind_of
+from unsee.impl.integrations.langgraph.checkpointers import adapter
+from unsee.impl.integrations.langgraph.declared import exactness
+from unsee.impl.integrations.langgraph.history import (
+    aall_checkpoints, alineage, all_checkpoints, check_history, checkpoint_id, config_at, lineage,
+)
+from unsee.impl.integrations.langgraph.inputs import (
+    ThreadInputs, messages_in, messages_of, part_text, provenance_ids, read_inputs,
+)
+from unsee.impl.integrations.langgraph.savers import Row
+from unsee.impl.integrations.langgraph.tools import REPLAY, Replay, marked_tools, resolve
 from unsee.model.errors import UnseeError
 from unsee.model.grammar import canonical
 from unsee.model.plan import Checkpoint, compensation, plan_forget, provenance_graph
 from unsee.model.receipt import Effects, Receipt, Work, make_receipt
 from unsee.model.replay import Session, sanitize
-from unsee.model.state import Artifact, Config, Observation, Part, State, graph_digest
+from unsee.model.state import Artifact, Config, LedgerEntry, Observation, State, graph_digest
+
+REMOVE_ALL = "__remove_all__"
+ERASED = '{"unsee_erased":true}'  # a redacted ledger row's arguments (forget(..., redact_ledger=True))
 
 
 @dataclass(frozen=True)
@@ -44,69 +61,14 @@ class ThreadReceipt(Receipt):
 
     thread_id: str = ""
     exactness: str = "checked"  # "declared": a model the user declared deterministic was replayed unchecked
+    checkpointer: str = ""  # the adapter: memory, sqlite or postgres
     fork_checkpoint_id: str = ""
     head_checkpoint_id: str = ""
     checkpoints_deleted: int = 0
     writes_deleted: int = 0
+    blobs_deleted: int = 0
+    ledger_redacted: int = 0  # ledger rows whose arguments and result were erased (redact_ledger=True)
     tools_served: int = 0  # read-only calls answered with what they returned before
-
-
-def _saver(graph):
-    saver = getattr(graph, "checkpointer", None)
-    if saver is None or saver is True or saver is False:
-        raise UnseeError("the graph has no checkpointer: compile it with checkpointer=SqliteSaver(...) "
-                         "(langgraph.checkpoint.sqlite), the file a forget forks from and erases")
-    World(saver)  # refuses any other checkpointer, and makes the world ledger's table
-    return saver
-
-
-def _source(m: BaseMessage, turn: int) -> str:
-    src = m.additional_kwargs.get(SOURCE)
-    if not isinstance(src, str) or not src:
-        raise UnseeError(f"an input message of turn {turn} ({_short(m)}) carries no source id: stamp inputs with "
-                         "source_message(text, source) or additional_kwargs={'unsee_source': id}")
-    return src
-
-
-def _short(m) -> str:
-    text = m.content if isinstance(m.content, str) else str(m.content)
-    return f"{type(m).__name__} {text[:30]!r}"
-
-
-def observation_of(messages: Sequence[BaseMessage], turn: int) -> Observation:
-    """A turn's input messages as o_t: one part per message (a message's hidden parts, which
-    stand instead of a target, follow it)."""
-    parts = []
-    for m in messages:
-        parts.append(Part(_source(m, turn), m.content if isinstance(m.content, str) else json.dumps(m.content)))
-        parts += [Part(*h) for h in m.additional_kwargs.get(HIDDEN) or ()]
-    kind = kind_of(messages[0]) if messages else "user"
-    return Observation(kind if all(kind_of(m) == kind for m in messages) else "user", tuple(parts))
-
-
-def messages_of(o: Observation, originals: Sequence[BaseMessage] = ()) -> list[BaseMessage]:
-    """õ_t back as input messages: a part keeps its original message (class and stamps, without
-    the id LangGraph drew), a part that now shows (it stood instead of a forgotten one) becomes
-    a message of the observation's kind; each carries the hidden parts that follow it."""
-    by_part = {(m.additional_kwargs.get(SOURCE), m.content): m for m in originals}
-    out: list[BaseMessage] = []
-    for p in o.parts:
-        if p.instead_of is not None:
-            if not out:
-                raise UnseeError(f"part {p.source!r} stands instead of {p.instead_of!r} but no message carries it")
-            last = out[-1]
-            last.additional_kwargs[HIDDEN] = list(last.additional_kwargs.get(HIDDEN) or ()) + [
-                [p.source, p.text, p.instead_of]]
-            continue
-        old = by_part.get((p.source, p.text))
-        if old is not None:
-            kw = {k: v for k, v in old.additional_kwargs.items() if k != HIDDEN}
-            out.append(old.model_copy(update={"id": None, "additional_kwargs": kw}))
-        else:
-            cls = SystemMessage if o.kind in ("system", "memory") else HumanMessage
-            kw = {SOURCE: p.source} | ({KIND: o.kind} if o.kind in ("memory", "tool") else {})
-            out.append(cls(content=p.text, additional_kwargs=kw))
-    return out
 
 
 def artifacts_of(log: Sequence[Observation]) -> tuple[Artifact, ...]:
@@ -115,12 +77,12 @@ def artifacts_of(log: Sequence[Observation]) -> tuple[Artifact, ...]:
     state (every node of a turn may read the whole state)."""
     out, last = [], ()
     for t, o in enumerate(log, 1):
-        fields = []
+        fields_ = []
         for k, p in enumerate(o.visible, 1):
-            fields.append(Artifact(f"t{t}.{k}.{o.kind}", o.kind, (), frozenset({p.source}), None, t))
-        src = frozenset().union(*(a.source_ids for a in fields + list(last)))
-        state = Artifact(f"t{t}.state", "state", tuple(a.id for a in fields) + tuple(a.id for a in last), src, None, t)
-        out += fields + [state]
+            fields_.append(Artifact(f"t{t}.{k}.{o.kind}", o.kind, (), frozenset({p.source}), None, t))
+        src = frozenset().union(*(a.source_ids for a in fields_ + list(last)))
+        state = Artifact(f"t{t}.state", "state", tuple(a.id for a in fields_) + tuple(a.id for a in last), src, None, t)
+        out += fields_ + [state]
         last = (state,)
     return tuple(out)
 
@@ -133,9 +95,35 @@ def session_of(log: Sequence[Observation], world=()) -> Session:
     return Session(cfg, "every", tuple(log), (state,), checkpoints, world=tuple(world))
 
 
+def _thread(graph, thread_id):
+    tuples = all_checkpoints(adapter(graph.checkpointer).saver, thread_id)
+    return read_inputs(check_history(tuples, thread_id) if tuples else [], thread_id)
+
+
+def sources(graph, thread_id: str) -> list[dict]:
+    """Every part of a thread's inputs, in order: {"source", "turn", "kind", "tagged", "text"}
+    ("tagged": the input carried the id; else it is the part's place, `t<turn>.<k>`, which a
+    forget of an earlier part of the same turn renumbers, so read the list again after one)."""
+    return _listing(_thread(graph, thread_id))
+
+
+async def asources(graph, thread_id: str) -> list[dict]:
+    tuples = await aall_checkpoints(adapter(graph.checkpointer).saver, thread_id)
+    return _listing(read_inputs(check_history(tuples, thread_id) if tuples else [], thread_id))
+
+
+def _listing(th: ThreadInputs) -> list[dict]:
+    out = []
+    for t, ms, ss in zip(th.turns, th.messages, th.sources):
+        for k, (m, s) in enumerate(zip(ms, ss), 1):
+            out.append({"source": s, "turn": t.index, "kind": kind_of(m), "tagged": s != f"t{t.index}.{k}",
+                        "text": part_text(m)[:80]})
+    return out
+
+
 def thread_log(graph, thread_id: str) -> list[Observation]:
     """o_1..o_T of a thread, from its input checkpoints."""
-    return [observation_of(t.input.get("messages") or [], t.index) for t in turns(_saver(graph), thread_id)]
+    return _thread(graph, thread_id).log
 
 
 def thread_graph(graph, thread_id: str):
@@ -151,7 +139,7 @@ def _recorded(tuples) -> dict:
     """(tool, canonical args) → the results the forgotten branch's calls got, from its messages."""
     calls, out = {}, {}
     for t in tuples:
-        for m in t.checkpoint.get("channel_values", {}).get("messages") or []:
+        for m in messages_in(t):
             if isinstance(m, AIMessage):
                 for c in m.tool_calls:
                     calls[c["id"]] = (c["name"], canonical(c["args"]))
@@ -168,7 +156,7 @@ def drafts_of(tuples) -> dict:
     turn = 0
     for t in tuples:
         turn += t.metadata.get("source") == "input"
-        for m in t.checkpoint.get("channel_values", {}).get("messages") or []:
+        for m in messages_in(t):
             meta = m.additional_kwargs.get("unsee") or {} if isinstance(m, AIMessage) else {}
             if m.id in seen or "tokens" not in meta:
                 continue
@@ -178,55 +166,201 @@ def drafts_of(tuples) -> dict:
     return out
 
 
+# --- the graph, made forgettable ---------------------------------------------------------------------
+
+def forgettable(graph):
+    """Make a compiled graph's threads carry ids a forget can reproduce, and check now what a
+    forget would check later: its checkpointer (`savers`) and its tools (each marked).
+
+    Every channel reduced by `add_messages` (a `MessagesState`'s, `create_agent`'s) gives each
+    message that arrives without an id one derived from its place (`message_id`) instead of a
+    random one; the graph is changed in place and returned. Call it once, before the first
+    invocation: a thread's earlier messages keep the ids they were given."""
+    from langgraph.channels.binop import BinaryOperatorAggregate
+    from langgraph.graph.message import add_messages
+
+    adapter(getattr(graph, "checkpointer", None))
+    marked_tools(graph)
+    n = 0
+    for ch in graph.channels.values():
+        if isinstance(ch, BinaryOperatorAggregate) and (ch.operator is add_messages or
+                                                        getattr(ch.operator, "unsee_provenance", False)):
+            ch.operator = provenance_ids(ch.operator)
+            n += 1
+    if not n:
+        raise UnseeError("the graph has no channel reduced by add_messages (a MessagesState's messages): "
+                         "a forget reads a thread's inputs from its messages")
+    return graph
+
+
+# --- the forget -------------------------------------------------------------------------------------
+
+def _arguments(sources_, method) -> None:
+    if isinstance(sources_, str):
+        raise UnseeError(f"sources is a list of source ids: forget(graph, thread_id, [{sources_!r}])")
+    if method not in ("B7", "B5"):
+        raise UnseeError(f"method {method!r} is not B7 or B5")
+
+
+def _graph_adapter(graph):
+    ad = adapter(getattr(graph, "checkpointer", None))
+    marked_tools(graph)
+    return ad
+
+
+@dataclass
+class _Job:
+    """One forget, decided before anything is written: the plan, the replay's inputs and what
+    the tools and the model are handed while it runs."""
+
+    thread_id: str
+    method: str
+    th: ThreadInputs
+    raw_rows: list  # the ledger as stored
+    rows: list  # the ledger, resolved
+    plan: object
+    session: Session
+    how: str
+    replay: Replay
+    replayed: list = field(default_factory=list)
+
+    @classmethod
+    def prepare(cls, thread_id, srcs, method, checkpoint, tuples, pending, rows) -> "_Job":
+        line = check_history(tuples, thread_id, tuple(pending or ()))
+        th = read_inputs(line, thread_id)
+        raw, rows = rows, resolve(rows, tuples)
+        s = session_of(th.log, [LedgerEntry(r.call_id, r.tool, r.args, r.turn) for r in rows])
+        plan = plan_forget(s, srcs, checkpoint, reset=method == "B5")  # lines 1–4
+        old = line
+        how = exactness([m for t in old for m in messages_in(t)], th.input_ids)
+        replay = Replay(recorded=_recorded(old), committed={r.call_id: LedgerEntry(r.call_id, r.tool, r.args, r.turn)
+                                                            for r in rows},
+                        results={r.call_id: r.result for r in rows},
+                        drafts=drafts_of(old) if method == "B7" else {})
+        job = cls(thread_id, method, th, raw, rows, plan, s, how, replay)
+        job._check_removals()
+        return job
+
+    def _check_removals(self) -> None:
+        """A kept RemoveMessage of a replayed turn must remove a message the replay will hold under
+        the same id: one in R_c, or an input with an id of its own; a model's or tool's message
+        written after the fork may come back different, under another id."""
+        c = self.plan.boundary
+        present = {m.id for m in messages_in(self.th.turns[c - 1].end)} if c else set()
+        for t in self.th.turns[c:]:
+            o = sanitize(self.th.log[t.index - 1], self.plan.sources)
+            kept = {(p.source, p.text) for p in o.parts}
+            for m, s in zip(self.th.messages[t.index - 1], self.th.sources[t.index - 1]):
+                if (s, part_text(m)) not in kept:
+                    continue
+                if isinstance(m, RemoveMessage) and m.id != REMOVE_ALL and m.id not in present:
+                    raise UnseeError(f"turn {t.index} removes message {m.id!r}, which was written after the fork "
+                                     f"point (turn {c}) and may come back under another id in the replay; a forget "
+                                     "cannot replay that removal")
+                if not isinstance(m, RemoveMessage) and m.id is not None:
+                    present.add(m.id)
+
+    def steps(self):
+        """(input, config) of each replayed turn, c+1..T, on the sanitized inputs (lines 5–10)."""
+        c = self.plan.boundary
+        cfg = config_at(self.thread_id, self.th.turns, c)  # line 5: the fork
+        for t in self.th.turns[c:]:
+            i = t.index - 1
+            o = sanitize(self.th.log[i], self.plan.sources)
+            self.replayed.append(o)
+            self.replay.turn, self.replay.seen = t.index, {}
+            msgs = messages_of(o, self.th.messages[i], self.th.sources[i], self.th.raws[i])
+            inp = {**t.input, "messages": msgs} if msgs or "messages" in t.input else dict(t.input)
+            yield inp, cfg
+            cfg = {"configurable": {"thread_id": self.thread_id}}
+
+    def ledger(self, redact: bool) -> tuple[list[Row], list[dict], list[str], int]:
+        """The ledger rows to write (turns resolved, and with `redact` the arguments and result of each
+        call listed for compensation as never made by the twin erased), line 8's report."""
+        dedup, comp = compensation(self.session.world, self.replay.effects, self.plan.boundary)  # (A3)
+        gone = {c["call_id"] for c in comp if c["reason"] == "counterfactual makes no such call"} if redact else set()
+        stored = {r.seq: r for r in self.raw_rows}
+        out, n = [], 0
+        for r in self.rows:
+            if r.call_id in gone:
+                r = Row(r.seq, r.checkpoint_id, f"t{r.turn}:{r.tool}:erased-{r.seq}", r.tool, ERASED, r.turn, "")
+                n += 1
+            if r != stored[r.seq]:
+                out.append(r)
+        return out, comp, dedup, n
+
+    def receipt(self, line, erased, comp, dedup, redacted, seconds, kind) -> ThreadReceipt:
+        c = self.plan.boundary
+        fork = "" if c == 0 else checkpoint_id(self.th.turns[c - 1].end)
+        work = Work(transitions=len(self.replayed), tokens_decoded=self.replay.decoded, replies=self.replay.replies,
+                    replies_skipped=self.replay.skipped)
+        r = make_receipt(self.method, self.plan, work, Effects(tuple(dedup), tuple(comp)), {}, seconds, self.replayed)
+        return ThreadReceipt(**{f.name: getattr(r, f.name) for f in fields(Receipt)}, thread_id=self.thread_id,
+                             exactness=self.how, checkpointer=kind, fork_checkpoint_id=fork,
+                             head_checkpoint_id=checkpoint_id(line[-1]), checkpoints_deleted=erased["checkpoints_deleted"],
+                             writes_deleted=erased["writes_deleted"], blobs_deleted=erased["blobs_deleted"],
+                             ledger_redacted=redacted, tools_served=self.replay.served)
+
+
+NOTHING = {"checkpoints_deleted": 0, "writes_deleted": 0, "blobs_deleted": 0}
+
+
 def forget(graph, thread_id: str, sources: Sequence[str], method: str = "B7", checkpoint: int | None = None,
-           erase: bool = True) -> ThreadReceipt:
+           erase: bool = True, redact_ledger: bool = False) -> ThreadReceipt:
     """Forget `sources` from a thread: fork from R_c (c: the last boundary before τ, or the forced
     `checkpoint`; method "B5": R_0), replay turns c+1..T on the sanitized inputs through the same
     compiled graph, and erase the old branch. The thread's head is then the thread a fresh run on
-    the inputs without the sources gives."""
-    if isinstance(sources, str):
-        raise UnseeError(f"sources is a list of source ids: forget(graph, thread_id, [{sources!r}])")
-    if method not in ("B7", "B5"):
-        raise UnseeError(f"method {method!r} is not B7 or B5")
+    the inputs without the sources gives. Everything that can refuse does so before anything is
+    written. `redact_ledger`: also erase, in the world ledger, the arguments and result of each
+    fired call the twin never makes (the receipt's compensation list is then their only copy).
+
+    A graph whose checkpointer is async (AsyncSqliteSaver, AsyncPostgresSaver) is forgotten with
+    `await aforget(...)`."""
     t0 = time.perf_counter()
-    saver = _saver(graph)
-    marked_tools(graph)
-    hist = turns(saver, thread_id)
-    if not hist:
-        raise UnseeError(f"thread {thread_id!r} has no turns in this graph's checkpointer")
-    log = [observation_of(t.input.get("messages") or [], t.index) for t in hist]
-    world = World(saver)
-    rows = world.rows(thread_id)
-    s = session_of(log, [e for e, _ in rows])
-    plan = plan_forget(s, sources, checkpoint, reset=method == "B5")  # lines 1–4
-    c = plan.boundary
-    old = lineage(saver, thread_id)
-    how = exactness([m for t in old for m in t.checkpoint.get("channel_values", {}).get("messages") or []])
-    replay = Replay(recorded=_recorded(old), committed={e.call_id: e for e, _ in rows},
-                    results={e.call_id: r for e, r in rows}, drafts=drafts_of(old) if method == "B7" else {})
-    replayed = []
-    cfg = config_at(thread_id, hist, c)  # line 5: the fork
-    token = REPLAY.set(replay)
+    _arguments(sources, method)
+    ad = _graph_adapter(graph)
+    if ad.is_async:
+        raise UnseeError(f"the graph's checkpointer is an {type(ad.saver).__name__}, whose I/O is async: forget "
+                         "with `await aforget(graph, thread_id, sources)`")
+    ad.check()
+    tuples = all_checkpoints(ad.saver, thread_id)
+    pending = graph.get_state({"configurable": {"thread_id": thread_id}}).next if tuples else ()
+    job = _Job.prepare(thread_id, sources, method, checkpoint, tuples, pending, ad.rows(thread_id))
+    token = REPLAY.set(job.replay)
     try:
-        for t in hist[c:]:  # lines 6–10
-            o = sanitize(log[t.index - 1], plan.sources)
-            replayed.append(o)
-            replay.turn, replay.seen = t.index, {}
-            graph.invoke({**t.input, "messages": messages_of(o, t.input.get("messages") or [])}, cfg,
-                         durability="sync")
-            cfg = {"configurable": {"thread_id": thread_id}}
+        for inp, cfg in job.steps():
+            graph.invoke(inp, cfg, durability="sync")
     finally:
         REPLAY.reset(token)
-    dedup, comp = compensation(s.world, replay.effects, c)  # line 8's report (A3)
-    erased = erase_branches(saver, thread_id) if erase else {"checkpoints_deleted": 0, "writes_deleted": 0}
-    head = turns(saver, thread_id)[-1].end
-    fork = "" if c == 0 else hist[c - 1].end.config["configurable"]["checkpoint_id"]
-    work = Work(transitions=len(replayed), tokens_decoded=replay.decoded, replies=replay.replies,
-                replies_skipped=replay.skipped)
-    receipt = make_receipt(method, plan, work, Effects(tuple(dedup), tuple(comp)), {}, time.perf_counter() - t0,
-                           replayed)
-    return ThreadReceipt(**{f.name: getattr(receipt, f.name) for f in fields(Receipt)}, thread_id=thread_id,
-                         exactness=how, fork_checkpoint_id=fork,
-                         head_checkpoint_id=head.config["configurable"]["checkpoint_id"],
-                         checkpoints_deleted=erased["checkpoints_deleted"], writes_deleted=erased["writes_deleted"],
-                         tools_served=replay.served)
+    rows, comp, dedup, redacted = job.ledger(redact_ledger)
+    ad.update(thread_id, rows)
+    line = lineage(ad.saver, thread_id)
+    erased = ad.erase(thread_id, {checkpoint_id(t) for t in line}) if erase else NOTHING
+    return job.receipt(line, erased, comp, dedup, redacted, time.perf_counter() - t0, ad.kind)
+
+
+async def aforget(graph, thread_id: str, sources: Sequence[str], method: str = "B7", checkpoint: int | None = None,
+                  erase: bool = True, redact_ledger: bool = False) -> ThreadReceipt:
+    """`forget`'s async twin: the replay runs through `graph.ainvoke`, and the checkpointer is read
+    and erased through its async interface (AsyncSqliteSaver, AsyncPostgresSaver, InMemorySaver)."""
+    t0 = time.perf_counter()
+    _arguments(sources, method)
+    ad = _graph_adapter(graph)
+    if not ad.is_async and ad.kind != "memory":
+        raise UnseeError(f"the graph's checkpointer is a {type(ad.saver).__name__}, which has no async interface: "
+                         "forget with forget(graph, thread_id, sources)")
+    await ad.acheck()
+    tuples = await aall_checkpoints(ad.saver, thread_id)
+    pending = (await graph.aget_state({"configurable": {"thread_id": thread_id}})).next if tuples else ()
+    job = _Job.prepare(thread_id, sources, method, checkpoint, tuples, pending, await ad.arows(thread_id))
+    token = REPLAY.set(job.replay)
+    try:
+        for inp, cfg in job.steps():
+            await graph.ainvoke(inp, cfg, durability="sync")
+    finally:
+        REPLAY.reset(token)
+    rows, comp, dedup, redacted = job.ledger(redact_ledger)
+    await ad.aupdate(thread_id, rows)
+    line = await alineage(ad.saver, thread_id)
+    erased = await ad.aerase(thread_id, {checkpoint_id(t) for t in line}) if erase else NOTHING
+    return job.receipt(line, erased, comp, dedup, redacted, time.perf_counter() - t0, ad.kind)

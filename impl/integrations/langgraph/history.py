@@ -1,10 +1,16 @@
 """A thread's checkpoints as a trajectory: its turns, their inputs, its boundaries; erasure.
 
-Every `graph.invoke` on a thread is one transition: LangGraph writes an "input" checkpoint
-whose pending writes are the invocation's input, then one checkpoint per super-step. R_b (the
-state after b turns) is the last checkpoint before turn b+1's input checkpoint; R_0 is the
-empty state before the first one. A fork from R_0 starts from a checkpoint id that does not
-exist (`ROOT`): LangGraph then starts from the empty state, and the lineage stops there.
+Every `graph.invoke` (or `ainvoke`, `stream`, `astream`, one input of `batch`/`abatch`) on a
+thread is one transition: LangGraph writes an "input" checkpoint whose pending writes are the
+invocation's input, then one checkpoint per super-step. R_b (the state after b turns) is the last
+checkpoint before turn b+1's input checkpoint; R_0 is the empty state before the first one. A
+fork from R_0 starts from a checkpoint id that does not exist (`ROOT`): LangGraph then starts
+from the empty state, and the lineage stops there.
+
+A thread is read through the checkpointer's own `list`/`alist`, so this works on every
+checkpointer; `check_history` refuses, before anything is written, a thread whose checkpoints are
+not a sequence of whole turns (see it). Erasure goes through the checkpointer's adapter
+(`savers`).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from dataclasses import dataclass
 from unsee.model.errors import UnseeError
 
 ROOT = "unsee-root"  # the checkpoint id R_0 stands for: none exists, so a fork from it starts empty
+INTERRUPT, RESUME, ERROR = "__interrupt__", "__resume__", "__error__"
 
 
 @dataclass(frozen=True)
@@ -23,28 +30,51 @@ class Turn:
     index: int  # t, 1..T
     input: dict
     end: object  # the CheckpointTuple of R_t
+    start: object = None  # the input checkpoint
+    after: object = None  # the first checkpoint after the input was applied (None: the turn had no step)
 
 
-def _id(t) -> str:
+def checkpoint_id(t) -> str:
     return t.config["configurable"]["checkpoint_id"]
 
 
-def lineage(saver, thread_id: str) -> list:
-    """The head's checkpoints, root first (other branches of the thread left out)."""
-    tuples = {_id(t): t for t in saver.list({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})}
-    if not tuples:
+def _ns(t) -> str:
+    return t.config["configurable"].get("checkpoint_ns", "")
+
+
+def all_checkpoints(saver, thread_id: str) -> list:
+    """Every checkpoint of the thread, every namespace."""
+    return list(saver.list({"configurable": {"thread_id": thread_id}}))
+
+
+async def aall_checkpoints(saver, thread_id: str) -> list:
+    return [t async for t in saver.alist({"configurable": {"thread_id": thread_id}})]
+
+
+def line_of(tuples) -> list:
+    """The head's checkpoints (namespace ''), root first (other branches left out)."""
+    by_id = {checkpoint_id(t): t for t in tuples if _ns(t) == ""}
+    if not by_id:
         return []
-    out, cid = [], max(tuples)  # checkpoint ids are time-ordered: the newest is the head
-    while cid in tuples:
-        t = tuples[cid]
+    out, cid = [], max(by_id)  # checkpoint ids are time-ordered: the newest is the head
+    while cid in by_id:
+        t = by_id[cid]
         out.append(t)
         cid = (t.parent_config or {}).get("configurable", {}).get("checkpoint_id")
     return out[::-1]
 
 
-def turns(saver, thread_id: str) -> list[Turn]:
-    """T turns of the head's lineage, with the input each one was invoked on."""
-    line = lineage(saver, thread_id)
+def lineage(saver, thread_id: str) -> list:
+    """The head's checkpoints, root first (other branches of the thread left out)."""
+    return line_of(list(saver.list({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})))
+
+
+async def alineage(saver, thread_id: str) -> list:
+    return line_of([t async for t in saver.alist({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})])
+
+
+def turns_of(line, thread_id: str) -> list[Turn]:
+    """T turns of a lineage, with the input each one was invoked on."""
     starts = [i for i, t in enumerate(line) if t.metadata.get("source") == "input"]
     out = []
     for k, i in enumerate(starts):
@@ -54,35 +84,73 @@ def turns(saver, thread_id: str) -> list[Turn]:
                              "finish or discard it (graph.invoke(None, config)) before a forget")
         inp = {ch: v for _task, ch, v in line[i].pending_writes or () if not ch.startswith("branch:")
                and not ch.startswith("__")}
-        out.append(Turn(k + 1, inp, line[end]))
+        out.append(Turn(k + 1, inp, line[end], line[i], line[i + 1]))
     return out
+
+
+def turns(saver, thread_id: str) -> list[Turn]:
+    """T turns of the head's lineage, with the input each one was invoked on."""
+    return turns_of(lineage(saver, thread_id), thread_id)
+
+
+async def aturns(saver, thread_id: str) -> list[Turn]:
+    return turns_of(await alineage(saver, thread_id), thread_id)
+
+
+def check_history(tuples, thread_id: str, pending: tuple = ()) -> list:
+    """The head's lineage of a thread a forget can replay, or an error that says why not:
+    subgraph checkpoints (other namespaces), a thread not checkpointed at every step
+    (durability="exit"), a state changed by `update_state` rather than by a turn, an interrupt
+    (human in the loop) or a failed step anywhere on the lineage, or a last turn that has not
+    finished (`pending`: the head's next nodes, `graph.get_state(config).next`)."""
+    nested = sorted({_ns(t) for t in tuples if _ns(t) != ""})
+    if nested:
+        raise UnseeError(f"thread {thread_id!r} has subgraph checkpoints (namespace {nested[0]!r}); a forget replays "
+                         "and erases a graph's own checkpoints only: run the subgraph as a function inside a node "
+                         "rather than as a node with its own checkpoints")
+    line = line_of(tuples)
+    if not line:
+        raise UnseeError(f"thread {thread_id!r} has no checkpoints in this graph's checkpointer")
+    for prev, t in zip([None] + line[:-1], line):
+        source, step = t.metadata.get("source"), t.metadata.get("step")
+        if source not in ("input", "loop"):
+            raise UnseeError(f"thread {thread_id!r}: checkpoint {checkpoint_id(t)} was written by {source!r} "
+                             "(graph.update_state or a fork), not by a turn; a forget replays the thread's "
+                             "invocations and would lose that change: it cannot forget on this thread")
+        want = -1 if prev is None else prev.metadata.get("step", 0) + 1
+        if step != want or (prev is None and source != "input"):
+            raise UnseeError(f"thread {thread_id!r} was not checkpointed at every step (run with "
+                             "durability='exit'?): its turns cannot be told apart; run the graph with "
+                             "durability='async' (the default) or 'sync'")
+        for _task, ch, _v in t.pending_writes or ():
+            if ch in (INTERRUPT, RESUME):
+                raise UnseeError(f"thread {thread_id!r} was interrupted (human in the loop) at checkpoint {checkpoint_id(t)}; "
+                                 "a forget replays each turn from its input alone and cannot replay a resume: "
+                                 "it cannot forget on this thread")
+            if ch == ERROR:
+                raise UnseeError(f"thread {thread_id!r}: a step failed at checkpoint {checkpoint_id(t)} and its turn did not "
+                                 "finish; a forget replays whole turns only")
+    if pending:
+        raise UnseeError(f"thread {thread_id!r}: its last turn has not finished (next: {list(pending)}); finish it "
+                         "(graph.invoke(None, config)) before a forget")
+    return line
 
 
 def config_at(thread_id: str, turns_: list[Turn], b: int) -> dict:
     """The config that forks the thread from R_b."""
-    cid = ROOT if b == 0 else _id(turns_[b - 1].end)
+    cid = ROOT if b == 0 else checkpoint_id(turns_[b - 1].end)
     return {"configurable": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": cid}}
 
 
 def erase_branches(saver, thread_id: str) -> dict:
-    """Delete every checkpoint and write of the thread off the head's lineage, with
-    secure_delete on; then VACUUM and truncate the WAL, so the freed pages leave the file."""
-    keep = {_id(t) for t in lineage(saver, thread_id)}
-    with saver.lock:
-        conn = saver.conn
-        conn.commit()
-        conn.execute("PRAGMA secure_delete = ON")
-        counts = {}
-        for table in ("checkpoints", "writes"):
-            ids = {r[0] for r in conn.execute(f"SELECT DISTINCT checkpoint_id FROM {table} WHERE thread_id = ?",
-                                              (thread_id,))}
-            drop, n = sorted(ids - keep), 0
-            for i in range(0, len(drop), 500):
-                chunk = drop[i:i + 500]
-                n += conn.execute(f"DELETE FROM {table} WHERE thread_id = ? AND checkpoint_id IN "
-                                  f"({','.join('?' * len(chunk))})", (thread_id, *chunk)).rowcount
-            counts[table] = n
-        conn.commit()
-        conn.execute("VACUUM")
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    return {"checkpoints_deleted": counts["checkpoints"], "writes_deleted": counts["writes"]}
+    """Delete every checkpoint and write of the thread off the head's lineage, through the
+    checkpointer's adapter (`savers`): no byte of them stays in its storage."""
+    from unsee.impl.integrations.langgraph.checkpointers import adapter
+
+    return adapter(saver).erase(thread_id, {checkpoint_id(t) for t in lineage(saver, thread_id)})
+
+
+async def aerase_branches(saver, thread_id: str) -> dict:
+    from unsee.impl.integrations.langgraph.checkpointers import adapter
+
+    return await adapter(saver).aerase(thread_id, {checkpoint_id(t) for t in await alineage(saver, thread_id)})

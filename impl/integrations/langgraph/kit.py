@@ -4,7 +4,8 @@
 `build(llm, saver)` returns. A step is one `graph.invoke` on the observation's parts as input
 messages (each stamped with its source id; what the graph does with them, replies, tool calls
 and summaries, is the graph's); `forget` is `forget(graph, thread, sources)`; the state is the
-thread's head checkpoint (message ids LangGraph draws at random left out) plus the engine's cache.
+thread's head checkpoint plus the engine's cache. The graph is made `forgettable`, so every
+message's id is a function of the thread.
 
 `react_agent` is a `create_react_agent` graph written as LangGraph's documentation writes one,
 with a read-only tool and a consequential one; `summarizing_agent` a custom `StateGraph` whose
@@ -28,7 +29,9 @@ from langgraph.prebuilt import ToolNode, create_react_agent
 from pydantic import Field
 
 from unsee.impl.integrations.langgraph.chat import UnseeChatModel
-from unsee.impl.integrations.langgraph.forget import forget, graph_digest_of, messages_of, thread_graph
+from unsee.impl.integrations.langgraph.compare import compare_threads
+from unsee.impl.integrations.langgraph.forget import forget, forgettable, graph_digest_of, thread_graph
+from unsee.impl.integrations.langgraph.inputs import messages_of
 from unsee.impl.integrations.langgraph.tools import World, consequential, read_only
 from unsee.model.errors import UnseeError
 from unsee.model.replay import sanitize
@@ -134,7 +137,7 @@ class GraphRuntime:
         self.saver = SqliteSaver(self.conn)
         self.llm = UnseeChatModel.from_model(model, dtype=dtype, device=device, sampling=config.sampling,
                                              seed=config.seed or 0, **llm)
-        self.agent = build(self.llm, self.saver)
+        self.agent = forgettable(build(self.llm, self.saver))
         self.world_ledger = World(self.saver)
         self._threads = itertools.count()
         self.thread_id: str | None = None
@@ -201,16 +204,10 @@ class GraphRuntime:
 
 
 def same_thread(a: GraphRuntime, b: GraphRuntime) -> list[str]:
-    """What differs between two runtimes' threads: each state value (messages with their tool
-    calls and arguments), and the engine's K/V under torch.equal. Empty when they are identical."""
-    import torch
-
-    va, vb = thread_values(a.values()), thread_values(b.values())
-    out = [k for k in sorted(set(va) | set(vb)) if va.get(k) != vb.get(k)]
-    ka, kb = a.kv(), b.kv()
-    if len(ka) != len(kb) or not all(torch.equal(x, y) for p, q in zip(ka, kb) for x, y in zip(p, q)):
-        out.append("kv")
-    return out
+    """What differs between two runtimes' threads (`compare_threads`: each turn's state, messages
+    with their ids, tool calls and arguments, and the engine's K/V under torch.equal). Empty when
+    they are identical."""
+    return compare_threads(a.agent, a.thread_id, b.agent, b.thread_id, a.llm, b.llm)
 
 
 def _cfg(cfg: dict) -> Config:

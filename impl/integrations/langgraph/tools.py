@@ -4,8 +4,8 @@
 and argument schema) for a `ToolNode` or `create_react_agent`:
 
 - outside a forget, a read-only tool runs; a consequential one runs and its call is written to
-  the world ledger (table `unsee_world` in the checkpointer's SQLite file): the side effects
-  that happened, which no replay may fire again;
+  the world ledger (beside the thread's checkpoints: `savers`): the side effects that happened,
+  which no replay may fire again;
 - during a forget's replay, a read-only call identical to one the forgotten branch made (same
   tool, same canonical JSON arguments) is answered with what it returned then; a new one runs.
   A consequential call is never run: one the world committed at the same turn with the same
@@ -13,13 +13,16 @@ and argument schema) for a `ToolNode` or `create_react_agent`:
   is listed for compensation and answered with `result(**args)` (or a fixed notice).
 
 Each call's identity is its turn, tool and canonical arguments: the call id of the ledger is
-`t<turn>:<tool>:<digest of the arguments>` (with `#k` for the k-th identical call of a turn).
+`t<turn>:<tool>:<digest of the arguments>` (with `#k` for the k-th identical call of a turn). A
+call is recorded with the checkpoint its step ran from; its turn and id are resolved from the
+thread's checkpoints when the ledger is read (`resolve`), so they do not depend on whether the
+turn's earlier checkpoints were saved yet (LangGraph saves them in the background). Both sync
+(`invoke`) and async (`ainvoke`) graphs call the same logic.
 """
 
 from __future__ import annotations
 
 import contextvars
-import threading
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -72,50 +75,85 @@ class Replay:
         self.decoded += decoded
 
 
-_FIRING = threading.Lock()
 REPLAY: contextvars.ContextVar[Replay | None] = contextvars.ContextVar("unsee_replay", default=None)
 
 
 class World:
-    """The side effects that fired, in the checkpointer's SQLite file (table `unsee_world`)."""
+    """The side effects that fired, beside the thread's checkpoints (`savers`: table `unsee_world`
+    in a SQLite file or a Postgres database, a list on an InMemorySaver)."""
 
     def __init__(self, saver) -> None:
-        if not hasattr(saver, "conn") or not hasattr(saver, "cursor"):
-            raise UnseeError(f"the graph's checkpointer is a {type(saver).__name__}; a forgettable graph needs "
-                             "a SqliteSaver (langgraph.checkpoint.sqlite), whose file a forget can erase")
-        self.saver = saver
-        with saver.cursor() as cur:
-            cur.execute("CREATE TABLE IF NOT EXISTS unsee_world (thread_id TEXT NOT NULL, call_id TEXT NOT NULL, "
-                        "tool TEXT NOT NULL, args TEXT NOT NULL, turn INTEGER NOT NULL, result TEXT NOT NULL, "
-                        "seq INTEGER NOT NULL)")
+        from unsee.impl.integrations.langgraph.checkpointers import adapter
 
-    def fire(self, thread_id: str, entry: LedgerEntry, result: str) -> None:
-        with self.saver.cursor() as cur:
-            seq = cur.execute("SELECT COUNT(*) FROM unsee_world").fetchone()[0]
-            cur.execute("INSERT INTO unsee_world VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        (thread_id, entry.call_id, entry.tool, entry.args, entry.turn, result, seq))
+        self.saver = saver
+        self.adapter = adapter(saver)
 
     def entries(self, thread_id: str) -> tuple[LedgerEntry, ...]:
         return tuple(e for e, _ in self.rows(thread_id))
 
     def rows(self, thread_id: str) -> list[tuple[LedgerEntry, str]]:
-        with self.saver.cursor(transaction=False) as cur:
-            rows = cur.execute("SELECT call_id, tool, args, turn, result FROM unsee_world WHERE thread_id = ? "
-                               "ORDER BY seq", (thread_id,)).fetchall()
-        return [(LedgerEntry(c, t, a, n), r) for c, t, a, n, r in rows]
+        """Each fired call with its result, turns and call ids resolved from the thread's checkpoints."""
+        from unsee.impl.integrations.langgraph.history import all_checkpoints
+
+        rows = self.adapter.rows(thread_id)
+        if any(r.turn == 0 for r in rows):
+            rows = resolve(rows, all_checkpoints(self.saver, thread_id))
+        return [(LedgerEntry(r.call_id, r.tool, r.args, r.turn), r.result) for r in rows]
+
+    async def aentries(self, thread_id: str) -> tuple[LedgerEntry, ...]:
+        from unsee.impl.integrations.langgraph.history import aall_checkpoints
+
+        rows = await self.adapter.arows(thread_id)
+        if any(r.turn == 0 for r in rows):
+            rows = resolve(rows, await aall_checkpoints(self.saver, thread_id))
+        return tuple(LedgerEntry(r.call_id, r.tool, r.args, r.turn) for r in rows)
 
     def drop(self, thread_id: str) -> None:
-        with self.saver.cursor() as cur:
-            cur.execute("DELETE FROM unsee_world WHERE thread_id = ?", (thread_id,))
+        self.adapter.drop(thread_id)
+
+    async def adrop(self, thread_id: str) -> None:
+        await self.adapter.adrop(thread_id)
 
 
-def _current_turn(config: dict) -> int:
-    """The turn a tool runs in: the input checkpoints on the lineage of the task's checkpoint."""
-    from unsee.impl.integrations.langgraph.history import lineage
+def resolve(rows, tuples) -> list:
+    """The ledger's rows with each turn and call id set: the turn is the number of input
+    checkpoints from the thread's root to the checkpoint the call's step ran from; the call id is
+    `call_key` with `#k` for the k-th identical call of a turn (in the order the calls fired).
+    A row whose checkpoint the checkpointer does not hold is refused with why."""
+    from dataclasses import replace
 
-    conf = config.get("configurable") or {}
-    saver = conf.get("__pregel_checkpointer")
-    return sum(1 for t in lineage(saver, conf["thread_id"]) if t.metadata.get("source") == "input")
+    parent, source = {}, {}
+    for t in tuples:
+        conf = t.config["configurable"]
+        if conf.get("checkpoint_ns", "") == "":
+            cid = conf["checkpoint_id"]
+            parent[cid] = (t.parent_config or {}).get("configurable", {}).get("checkpoint_id")
+            source[cid] = t.metadata.get("source")
+
+    def turn_of(cid):
+        n = 0
+        while cid in parent:
+            n += source[cid] == "input"
+            cid = parent[cid]
+        return n
+
+    out, seen = [], {}
+    for r in rows:
+        if r.turn == 0:
+            turn = turn_of(r.checkpoint_id) if r.checkpoint_id in parent else None
+            if not turn:
+                raise UnseeError(f"the world ledger's call of {r.tool!r} ran from checkpoint {r.checkpoint_id!r}, "
+                                 "which the checkpointer does not hold (the thread was run with durability='exit', "
+                                 "or its checkpoints were deleted): its turn is unknown, so a forget cannot "
+                                 "recognise it")
+            key = call_key(turn, r.tool, r.args)
+            k = seen[(turn, key)] = seen.get((turn, key), 0) + 1
+            r = replace(r, turn=turn, call_id=key + (f"#{k}" if k > 1 else ""))
+        else:
+            base = r.call_id.split("#")[0]
+            seen[(r.turn, base)] = seen.get((r.turn, base), 0) + 1
+        out.append(r)
+    return out
 
 
 class MarkedTool(BaseTool):
@@ -145,25 +183,8 @@ class MarkedTool(BaseTool):
         fields = set(self.tool_call_schema.model_json_schema().get("properties", {}))
         return {k: v for k, v in args.items() if k in fields}
 
-    def invoke(self, input, config=None, **kwargs):
-        if not (isinstance(input, dict) and input.get("type") == "tool_call"):
-            return self.inner.invoke(input, config, **kwargs)
-        from langchain_core.runnables.config import ensure_config
-
-        config = ensure_config(config)
-        args_json = canonical(self._visible(input["args"]))
-        replay = REPLAY.get()
-        if replay is None and self.kind == CONSEQUENTIAL:
-            with _FIRING:  # a ToolNode runs a message's calls in threads: number and record them one at a time
-                return self._fire(input, config, args_json, **kwargs)
-        if replay is None:
-            return _named(self.inner.invoke(input, config, **kwargs), input["id"])
-        if self.kind == READ_ONLY:
-            old = replay.recorded.get((self.name, args_json))
-            if old:
-                replay.served += 1
-                return _message(old[0], input["id"], self.name)
-            return _named(self.inner.invoke(input, config, **kwargs), input["id"])
+    def _replayed(self, input, replay: Replay, args_json: str):
+        """A consequential call during a forget's replay: never run (see the module)."""
         key = call_key(replay.turn, self.name, args_json)
         k = replay.seen[key] = replay.seen.get(key, 0) + 1
         key += f"#{k}" if k > 1 else ""  # the k-th identical call of a turn
@@ -174,17 +195,73 @@ class MarkedTool(BaseTool):
         text = self.result(**json.loads(args_json)) if self.result is not None else NOT_RUN.format(tool=self.name)
         return _message(text, input["id"], self.name)
 
-    def _fire(self, input, config, args_json: str, **kwargs):
-        """Run a consequential call and record it in the world ledger, numbered as a replay numbers it."""
-        conf = config["configurable"]
-        world, turn = World(conf["__pregel_checkpointer"]), _current_turn(config)
-        key = call_key(turn, self.name, args_json)
-        k = 1 + sum(e.call_id.split("#")[0] == key for e in world.entries(conf["thread_id"]) if e.turn == turn)
-        key += f"#{k}" if k > 1 else ""
-        out = self.inner.invoke(input, config, **kwargs)
-        text = out.content if isinstance(out, ToolMessage) else str(out)
-        world.fire(conf["thread_id"], LedgerEntry(key, self.name, args_json, turn), str(text))
-        return _named(out, input["id"])
+    def _served(self, input, replay: Replay, args_json: str):
+        """A read-only call the forgotten branch made, answered with what it returned then (or None)."""
+        old = replay.recorded.get((self.name, args_json))
+        if old:
+            replay.served += 1
+            return _message(old[0], input["id"], self.name)
+        return None
+
+    def invoke(self, input, config=None, **kwargs):
+        if not (isinstance(input, dict) and input.get("type") == "tool_call"):
+            return self.inner.invoke(input, config, **kwargs)
+        from langchain_core.runnables.config import ensure_config
+
+        config = ensure_config(config)
+        args_json = canonical(self._visible(input["args"]))
+        replay = REPLAY.get()
+        if replay is None:
+            out = _named(self.inner.invoke(input, config, **kwargs), input["id"])
+            if self.kind == CONSEQUENTIAL and (where := _where(config)) is not None:
+                where[0].record(where[1], where[2], self.name, args_json, _text(out))
+            return out
+        if self.kind == READ_ONLY:
+            served = self._served(input, replay, args_json)
+            return served if served is not None else _named(self.inner.invoke(input, config, **kwargs), input["id"])
+        return self._replayed(input, replay, args_json)
+
+    async def ainvoke(self, input, config=None, **kwargs):
+        if not (isinstance(input, dict) and input.get("type") == "tool_call"):
+            return await self.inner.ainvoke(input, config, **kwargs)
+        from langchain_core.runnables.config import ensure_config
+
+        config = ensure_config(config)
+        args_json = canonical(self._visible(input["args"]))
+        replay = REPLAY.get()
+        if replay is None:
+            out = _named(await self.inner.ainvoke(input, config, **kwargs), input["id"])
+            if self.kind == CONSEQUENTIAL and (where := _where(config)) is not None:
+                await where[0].arecord(where[1], where[2], self.name, args_json, _text(out))
+            return out
+        if self.kind == READ_ONLY:
+            served = self._served(input, replay, args_json)
+            if served is not None:
+                return served
+            return _named(await self.inner.ainvoke(input, config, **kwargs), input["id"])
+        return self._replayed(input, replay, args_json)
+
+
+def _where(config):
+    """(adapter, thread id, checkpoint id) where a fired call is recorded: the thread's
+    checkpointer and the checkpoint the tool's step ran from. None where the graph has no
+    checkpointer, or one a forget cannot handle: its threads can never be forgotten, and refusing
+    here would break the turn mid-step."""
+    from unsee.impl.integrations.langgraph.checkpointers import adapter
+
+    conf = config.get("configurable") or {}
+    saver, thread = conf.get("__pregel_checkpointer"), conf.get("thread_id")
+    cid = (conf.get("checkpoint_map") or {}).get("")
+    if saver is None or thread is None or cid is None:
+        return None
+    try:
+        return adapter(saver), thread, cid
+    except UnseeError:
+        return None
+
+
+def _text(out) -> str:
+    return str(out.content if isinstance(out, ToolMessage) else out)
 
 
 def _message(content, call_id: str, name: str) -> ToolMessage:

@@ -1,0 +1,179 @@
+"""A turn's input as LangGraph reads it, each message's source id, and message ids from provenance.
+
+Inputs are read the way LangGraph's `add_messages` reads them (`convert_to_messages`): messages,
+`("user", text)` tuples, `{"role": ..., "content": ...}` dicts, plain strings, content-block
+lists and `RemoveMessage`s. A message's source id is its `additional_kwargs["unsee_source"]`
+(`source_message(text, source)`, or a dict input with an `"unsee_source"` key); an untagged
+one's is its place, `t<turn>.<k>` (the k-th message of turn t's input). A `RemoveMessage` is a
+part of the source of the message it removes where that message was an input (so forgetting a
+message forgets its removal), else of its own place.
+
+`provenance_ids(add_messages)` gives each message that arrives without an id one derived from
+its place (`message_id`), so a forgotten thread and a fresh one carry the same ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from langchain_core.messages import (
+    BaseMessage, HumanMessage, RemoveMessage, SystemMessage, convert_to_messages, message_chunk_to_message,
+)
+
+from unsee.impl.integrations.langgraph.chat import HIDDEN, KIND, SOURCE, kind_of
+from unsee.impl.integrations.langgraph.history import turns_of
+from unsee.model.errors import UnseeError
+from unsee.model.state import Observation, Part
+
+
+def input_messages(value) -> tuple[list, list[BaseMessage]]:
+    """A turn's `messages` input as stored (its raw items) and as `add_messages` reads them."""
+    raw = [] if value is None else list(value) if isinstance(value, list) else [value]
+    return raw, [message_chunk_to_message(m) for m in convert_to_messages(raw)]
+
+
+def part_text(m: BaseMessage) -> str:
+    if isinstance(m, RemoveMessage):
+        return f"remove {m.id}"
+    return m.content if isinstance(m.content, str) else json.dumps(m.content, sort_keys=True)
+
+
+def _tag(m: BaseMessage):
+    src = m.additional_kwargs.get(SOURCE)
+    return src if isinstance(src, str) and src else None
+
+
+def sources_of(messages: Sequence[BaseMessage], turn: int, removed: dict | None = None) -> list[str]:
+    """Each input message's source id: its tag, or its place `t<turn>.<k>`; a RemoveMessage's is
+    the source of the input message it removes (`removed`: id → source), else its place."""
+    out = []
+    for k, m in enumerate(messages, 1):
+        if isinstance(m, RemoveMessage):
+            out.append((removed or {}).get(m.id) or f"t{turn}.{k}")
+        else:
+            out.append(_tag(m) or f"t{turn}.{k}")
+    return out
+
+
+def observation_of(messages: Sequence[BaseMessage], turn: int, sources: Sequence[str] | None = None) -> Observation:
+    """A turn's input messages as o_t: one part per message (a message's hidden parts, which
+    stand instead of a target, follow it)."""
+    messages = convert_to_messages(messages)
+    sources = sources or sources_of(messages, turn)
+    parts = []
+    for m, src in zip(messages, sources):
+        parts.append(Part(src, part_text(m)))
+        parts += [Part(*h) for h in m.additional_kwargs.get(HIDDEN) or ()]
+    kind = kind_of(messages[0]) if messages else "user"
+    return Observation(kind if all(kind_of(m) == kind for m in messages) else "user", tuple(parts))
+
+
+def messages_of(o: Observation, originals: Sequence = (), sources: Sequence[str] | None = None,
+                raws: Sequence | None = None) -> list:
+    """õ_t back as input: a part keeps its original input item as the user gave it (`raws`, or
+    the message), a part that now shows (it stood instead of a forgotten one) becomes a message
+    of the observation's kind; each carries the hidden parts that follow it."""
+    originals = convert_to_messages(originals)
+    sources = sources or sources_of(originals, 0)
+    raws = raws if raws is not None else originals
+    by_part = {(s, part_text(m)): (m, r) for m, s, r in zip(originals, sources, raws)}
+    out: list = []
+    for p in o.parts:
+        if p.instead_of is not None:
+            if not out:
+                raise UnseeError(f"part {p.source!r} stands instead of {p.instead_of!r} but no message carries it")
+            last = out[-1] = convert_to_messages([out[-1]])[0].model_copy(deep=True)
+            last.additional_kwargs[HIDDEN] = list(last.additional_kwargs.get(HIDDEN) or ()) + [
+                [p.source, p.text, p.instead_of]]
+            continue
+        old = by_part.get((p.source, p.text))
+        if old is not None:
+            m, raw = old
+            if HIDDEN in m.additional_kwargs:  # hidden parts are o's to say again, not the old input's
+                kw = {k: v for k, v in m.additional_kwargs.items() if k != HIDDEN}
+                out.append(m.model_copy(update={"additional_kwargs": kw}))
+            else:
+                out.append(raw)
+        else:
+            cls = SystemMessage if o.kind in ("system", "memory") else HumanMessage
+            kw = {SOURCE: p.source} | ({KIND: o.kind} if o.kind in ("memory", "tool") else {})
+            out.append(cls(content=p.text, additional_kwargs=kw))
+    return out
+
+
+def messages_in(t) -> list:
+    return (t.checkpoint.get("channel_values") or {}).get("messages") or []
+
+
+@dataclass
+class ThreadInputs:
+    """A thread's turns and their inputs as a forget reads them."""
+
+    line: list
+    turns: list
+    raws: list  # per turn: its messages input as stored
+    messages: list  # per turn: as add_messages reads it
+    sources: list  # per turn: each message's source id
+    log: list  # per turn: o_t
+    input_ids: set = field(default_factory=set)  # ids the inputs' messages took in the state
+
+
+def read_inputs(line, thread_id: str) -> ThreadInputs:
+    hist = turns_of(line, thread_id)
+    raws, msgs, srcs, log, removed, input_ids = [], [], [], [], {}, set()
+    for t in hist:
+        raw, ms = input_messages(t.input.get("messages"))
+        before = {m.id for m in messages_in(t.start)}
+        new = [m for m in messages_in(t.after) if m.id not in before]
+        adding = [m for m in ms if not isinstance(m, RemoveMessage) and (m.id is None or m.id not in before)]
+        if len(new) != len(adding):
+            raise UnseeError(f"thread {thread_id!r}: turn {t.index}'s input ({len(adding)} messages as read back) "
+                             f"added {len(new)} messages to the state; a forget cannot tell its messages apart "
+                             "(a bare tuple as the messages value? pass a list: {'messages': [(role, text)]})")
+        ss = sources_of(ms, t.index, removed)
+        adding_sources = [s for m, s in zip(ms, ss) if not isinstance(m, RemoveMessage)
+                          and (m.id is None or m.id not in before)]
+        for m, s in zip(new, adding_sources):
+            removed[m.id] = s
+            input_ids.add(m.id)
+        raws.append(raw)
+        msgs.append(ms)
+        srcs.append(ss)
+        log.append(observation_of(ms, t.index, ss))
+    return ThreadInputs(line, hist, raws, msgs, srcs, log, input_ids)
+
+
+def message_id(previous: str, k: int) -> str:
+    """The id of the k-th message without an id in one write to a messages channel, after the
+    message whose id is `previous` ("" on an empty channel): a function of the thread's history
+    alone, so a forgotten thread and a fresh thread without the target carry the same ids."""
+    return "m-" + hashlib.sha256(f"{previous}\x00{k}".encode()).hexdigest()[:24]
+
+
+def provenance_ids(reducer):
+    """`add_messages` (or a reducer like it) that first gives each message arriving without an id
+    the id `message_id` derives from its place, instead of the random one LangGraph draws."""
+    if getattr(reducer, "unsee_provenance", False):
+        return reducer
+
+    def reduce(left, right, **kw):
+        items = right if isinstance(right, list) else [right]
+        msgs = [message_chunk_to_message(m) for m in convert_to_messages(items)]
+        last = left[-1] if isinstance(left, list) and left else left if not isinstance(left, list) else None
+        previous = getattr(last, "id", None) or ""
+        out, k = [], 0
+        for m in msgs:
+            if m.id is None and not isinstance(m, RemoveMessage):
+                k += 1
+                m = m.model_copy(update={"id": message_id(previous, k)})
+            out.append(m)
+        return reducer(left, out, **kw)
+
+    reduce.unsee_provenance = True
+    reduce.__doc__ = reducer.__doc__
+    return reduce
+
+
