@@ -28,7 +28,7 @@ import pytest
 pytest.importorskip("langgraph", reason="install the test extras: bash scripts/setup.sh --tests")
 
 from langchain.agents import create_agent
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import RemoveMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
@@ -256,3 +256,46 @@ def test_a_forget_on_tiny_llama_equals_the_twin_on_every_checkpointer(cell, form
 @pytest.mark.parametrize("cell", CELLS)
 def test_every_message_form_is_forgotten_on_every_checkpointer(cell, form, tmp_path, request):
     check(*forgotten(cell, form, "scripted", None, tmp_path, request), "scripted", form)
+
+
+def test_forgetting_a_message_forgets_the_removal_of_it_and_keeps_other_removals(tmp_path):
+    """The user removed the secret with LangGraph's RemoveMessage (which changes only the head);
+    forgetting its source forgets the removal too: both turns become empty, as in a thread that
+    never saw the secret. A removal of an earlier message is replayed as it was."""
+    def agent(path):
+        return agent_on(L.deterministic(Scripted()), SqliteSaver(sqlite3.connect(str(path), check_same_thread=False)),
+                        Counted())
+
+    a, twin = agent(tmp_path / "a.sqlite"), agent(tmp_path / "b.sqlite")
+    a.invoke({"messages": [("user", "hello")]}, CFG)
+    twin.invoke({"messages": [("user", "hello")]}, CFG)
+    hello = a.get_state(CFG).values["messages"][0].id
+    a.invoke({"messages": [L.source_message(SECRET, "med")]}, CFG)
+    secret = next(m.id for m in a.get_state(CFG).values["messages"] if m.content == SECRET)
+    a.invoke({"messages": [RemoveMessage(id=secret)]}, CFG)
+    a.invoke({"messages": [RemoveMessage(id=hello), "thanks"]}, CFG)
+    for msgs in ([], [], [RemoveMessage(id=hello), "thanks"]):
+        twin.invoke({"messages": msgs}, CFG)
+    assert [s["source"] for s in L.sources(a, "t1")] == ["t1.1", "med", "med", "t1.1", "t4.2"]  # a removal: its target's
+    r = L.forget(a, "t1", ["med"], redact_ledger=True)  # the booking carried the secret: erase it there too
+    assert (r.tau, r.transitions, r.ledger_redacted) == (2, 3, 1)
+    assert L.compare_threads(a, "t1", twin, "t1") == []
+    assert SECRET.encode() not in file_bytes(tmp_path / "a.sqlite")
+
+
+@pytest.mark.tiny
+def test_abatch_runs_two_threads_and_a_forget_of_one_equals_the_other(tiny):
+    """`abatch` runs a turn of two threads at once on one UnseeChatModel; the thread that saw the
+    secret, forgotten with aforget, equals the one that never did."""
+    llm = model("tiny", tiny)
+    agent = agent_on(llm, InMemorySaver(), Counted(R.Short))
+    a, b = {"configurable": {"thread_id": "a"}}, {"configurable": {"thread_id": "b"}}
+
+    async def main():
+        for k, msgs in enumerate(turns("tagged"), 1):
+            await agent.abatch([{"messages": msgs}, {"messages": [] if k == 3 else msgs}], [a, b])
+        r = await L.aforget(agent, "a", ["med"])
+        return r, await L.acompare_threads(agent, "a", agent, "b")
+
+    r, diff = asyncio.run(main())
+    assert diff == [] and r.transitions == 4

@@ -179,8 +179,7 @@ def forgettable(graph):
     from langgraph.channels.binop import BinaryOperatorAggregate
     from langgraph.graph.message import add_messages
 
-    adapter(getattr(graph, "checkpointer", None))
-    marked_tools(graph)
+    _graph_adapter(graph)
     n = 0
     for ch in graph.channels.values():
         if isinstance(ch, BinaryOperatorAggregate) and (ch.operator is add_messages or
@@ -203,8 +202,16 @@ def _arguments(sources_, method) -> None:
 
 
 def _graph_adapter(graph):
+    """The graph's checkpointer's adapter, once the graph's shape is one a forget can replay."""
     ad = adapter(getattr(graph, "checkpointer", None))
     marked_tools(graph)
+    stops = list(getattr(graph, "interrupt_before_nodes", None) or ()) + list(
+        getattr(graph, "interrupt_after_nodes", None) or ())
+    if stops:
+        raise UnseeError(f"the graph interrupts before or after nodes {stops}: a turn paused there and resumed "
+                         "with invoke(None) leaves no mark in its checkpoints, and a replay of its input would stop "
+                         "there; compile it without interrupt_before/interrupt_after (interrupt() inside a node "
+                         "is seen, and refused where a thread used it)")
     return ad
 
 

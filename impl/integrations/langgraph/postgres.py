@@ -20,6 +20,7 @@ from unsee.model.errors import UnseeError
 PG_LEDGER = ("CREATE TABLE IF NOT EXISTS unsee_world (seq BIGSERIAL PRIMARY KEY, thread_id TEXT NOT NULL, "
              "checkpoint_id TEXT NOT NULL, call_id TEXT NOT NULL, tool TEXT NOT NULL, args TEXT NOT NULL, "
              "turn INTEGER NOT NULL, result TEXT NOT NULL)")
+PG_EXISTS = "SELECT to_regclass('unsee_world')"
 PG_ROWS = ("SELECT seq, checkpoint_id, call_id, tool, args, turn, result FROM unsee_world WHERE thread_id = %s "
            "ORDER BY seq")
 PG_INSERT = ("INSERT INTO unsee_world (thread_id, checkpoint_id, call_id, tool, args, turn, result) "
@@ -73,7 +74,8 @@ class PostgresAdapter(Adapter):
 
     def rows(self, thread_id) -> list[Row]:
         with self.saver.lock, self._conn() as conn, self._cur(conn) as cur:
-            cur.execute(PG_LEDGER)
+            if cur.execute(PG_EXISTS).fetchone()[0] is None:
+                return []  # no call fired yet: reading writes nothing
             return [Row(*r) for r in cur.execute(PG_ROWS, (thread_id,)).fetchall()]
 
     def update(self, thread_id, rows: list[Row]) -> None:
@@ -122,7 +124,9 @@ class AsyncPostgresAdapter(PostgresAdapter):
 
     async def arows(self, thread_id) -> list[Row]:
         async with self.saver.lock, self._aconn() as conn, self._cur(conn) as cur:
-            await cur.execute(PG_LEDGER)
+            await cur.execute(PG_EXISTS)
+            if (await cur.fetchone())[0] is None:
+                return []
             await cur.execute(PG_ROWS, (thread_id,))
             return [Row(*r) for r in await cur.fetchall()]
 

@@ -103,8 +103,9 @@ class SqliteAdapter(Adapter):
                         "VALUES (?, '', ?, ?, 0, ?, ?, ?)", (thread_id, tool, args, result, seq, checkpoint_id))
 
     def rows(self, thread_id) -> list[Row]:
-        with self.saver.cursor() as cur:
-            self._ledger(cur)
+        with self.saver.cursor(transaction=False) as cur:
+            if not cur.execute("SELECT 1 FROM sqlite_master WHERE name = 'unsee_world'").fetchall():
+                return []  # no call fired yet: reading writes nothing (a refused forget leaves the file as it was)
             got = cur.execute("SELECT seq, checkpoint_id, call_id, tool, args, turn, result FROM unsee_world "
                               "WHERE thread_id = ? ORDER BY seq", (thread_id,)).fetchall()
         return [Row(*r) for r in got]
@@ -181,8 +182,9 @@ class AsyncSqliteAdapter(SqliteAdapter):
     async def arows(self, thread_id) -> list[Row]:
         conn = await self._ready()
         async with self.saver.lock:
-            await self._aledger(conn)
-            await conn.commit()
+            async with conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'unsee_world'") as cur:
+                if not await cur.fetchall():
+                    return []
             async with conn.execute("SELECT seq, checkpoint_id, call_id, tool, args, turn, result FROM unsee_world "
                                     "WHERE thread_id = ? ORDER BY seq", (thread_id,)) as cur:
                 return [Row(*r) for r in await cur.fetchall()]
