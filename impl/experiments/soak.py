@@ -23,6 +23,7 @@ from pathlib import Path
 
 from unsee.impl.experiments.bench_sessions import AGENT_SUFFIX, agent_session, cpu_model
 from unsee.impl.store.episode import write_episode
+from unsee.impl.store.sqlite import copy_store
 
 ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
             "ATEN_CPU_CAPABILITY", "CUBLAS_WORKSPACE_CONFIG")
@@ -113,7 +114,7 @@ def soak(model: str = "tiny-llama", turns: int = 30, iterations: int = 20, load:
             work = out / f"iteration-{i:03d}"
             shutil.rmtree(work, ignore_errors=True)
             work.mkdir()
-            shutil.copy(base / "session.db", work / "session.db")
+            copy_store(base / "session.db", work / "session.db")
             fcode, ftext, forget_s = _unsee("forget", "--db", work / "session.db", "--source", "z", "--method",
                                             method, "--json", work / "receipt.json")
             ccode, ctext, check_s = _unsee("check", "--db", work / "session.db", "--json", work / "check.json") \
@@ -130,7 +131,7 @@ def soak(model: str = "tiny-llama", turns: int = 30, iterations: int = 20, load:
             else:  # keep everything: the two states, what differs, where, and the environment
                 (work / "forget.log").write_text(ftext)
                 (work / "check.log").write_text(ctext)
-                shutil.copy(base / "session.db", work / "reference.db")
+                copy_store(base / "session.db", work / "reference.db")
                 rcode, rtext, _ = _unsee("forget", "--db", work / "reference.db", "--source", "z", "--method", "B5",
                                          "--json", work / "reference-receipt.json")
                 diag = {"environment": env, "reference_forget_exit": rcode}

@@ -127,7 +127,7 @@ def trace_report(rt) -> dict | None:
 
 
 def forget_stored(store, sources, method: str = "B7", rt=None, head: str | None = None,
-                  model: str | None = None) -> tuple[KVRuntime, dict]:
+                  model: str | None = None, kind: str = "forget") -> tuple[KVRuntime, dict]:
     """Forget `sources` from a stored session under the store's lock and persist the result
     and its receipt in one transaction (only what follows the splice point is rewritten).
     `rt`: a runtime already holding the stored session whose store had root `head` (an agent
@@ -155,7 +155,8 @@ def forget_stored(store, sources, method: str = "B7", rt=None, head: str | None 
             head = rt.root
         root = head
         opened = time.perf_counter() - t0
-        texts = [p.text for o in rt.session.observations for p in o.parts if p.source in sources]
+        parts = [(p.source, p.text) for o in rt.session.observations for p in o.parts if p.source in sources]
+        texts = [text for _, text in parts]
         receipt = rt.forget(list(sources), method=method)
         doc = receipt_json(receipt)
         load = rt.model.load_seconds
@@ -174,14 +175,52 @@ def forget_stored(store, sources, method: str = "B7", rt=None, head: str | None 
                                      + "; ".join(trace["violations"][:5]) + f"; nothing was written to {store.path}")
         t1 = time.perf_counter()
         # persisted, the targets are named by salted digest only; the caller keeps their names
-        kept = {**doc, "sources": [store.target_digest(src) for src in sources]}
+        tombstones = [store.tombstone(src, text) for src, text in parts]
+        kept = {**doc, "sources": [store.target_digest(src) for src in sources], "tombstones": tombstones,
+                "generation": store.generation + 1}
         rt.root = store.save(rt.session, store.model, rt.model, dict(receipt.digests), kept, since=receipt.checkpoint,
-                             expect=root)
+                             expect=root, tombstones=tombstones, kind=kind)
         doc["save_seconds"] = round(time.perf_counter() - t1, 4)
         # verifying every row read and page restored, and sealing the new digests (part of the
         # open, forget and save times above)
         doc["integrity_seconds"] = round(store.integrity_seconds, 4)
     return rt, doc
+
+
+def reapply(path, key=None, ledger=None, method: str = "B7") -> dict:
+    """Bring a store that its ledger refuses as an older state (a restored backup, a rolled-back file)
+    back to a state the ledger accepts: forget again every stored part that matches one of the
+    ledger's tombstones, and record the result. Returns {"forgotten": n parts, "sources": the source
+    ids forgotten again, "steps_lost": steps the ledger recorded after the store's state (they are
+    not in it and cannot be re-made), "receipt": the forget's receipt, or None}. Python API of
+    `unsee forget --db PATH --reapply`."""
+    from unsee.impl.store import anchor
+    from unsee.impl.store.errors import LedgerError
+    from unsee.impl.store.sqlite import Store
+
+    store = Store(path, key=key, ledger=ledger, anchored=False)
+    try:
+        store.verify()  # its own rows, before anything is read from them
+        records = store.ledger.records()
+        if records[0].store != store.meta_id:
+            raise LedgerError(f"{store.ledger.path} is the ledger of another store; give this store's with --ledger")
+        root = store.root()
+        at = next((r for r in records if r.root == root), None)
+        steps_lost = 0 if at is None else sum(r.kind == "step" for r in records[at.seq + 1:])
+        held = anchor.held_tombstones(store, records)
+        sources = sorted({src for src, _ in held})
+        doc = None
+        if sources:
+            store.anchored = False
+            _, doc = forget_stored(store, sources, method, kind="reapply")
+        elif root != records[-1].root:  # nothing forgotten is in it: the ledger records it as it is
+            with store.writer():
+                store.ledger.append(store.meta_id, store.generation, "reapply", root, records[-1].root)
+        store.anchored = True
+        store.verify()  # now the state its ledger last recorded
+        return {"forgotten": len(held), "sources": sources, "steps_lost": steps_lost, "receipt": doc}
+    finally:
+        store.close()
 
 
 class Agent:
@@ -203,22 +242,23 @@ class Agent:
 
     @classmethod
     def create(cls, path, model: str = "tiny-llama", config: Config = Config(), policy: str = "every",
-               kv_pages: bool = True, observations=(), on_step=None, **kw) -> "Agent":
+               kv_pages: bool = True, observations=(), on_step=None, key=None, ledger=None, **kw) -> "Agent":
         """A new store at `path` (claimed atomically: an existing path is refused before the model
         loads) holding a new session; `observations`: steps to run first, persisted together in
-        one save (`unsee run`), on_step() after each. If anything fails, the path is given back.
+        one save (`unsee run`), on_step() after each. The store is built beside `path` and put there
+        only once that save is complete: if anything fails, or the process dies, nothing is left at
+        `path` (a run that died leaves a partial file the next one removes). `key`, `ledger`: the
+        store's seal and its ledger's path (`unsee.impl.store.sqlite.Store`).
         attn, dtype or threads "auto": chosen by measurement (`unsee.impl.engine.settings.choose`)
         once the path is claimed; the agent's `settings_note` says which and why. Left out, they
         are eager, float32 and one thread."""
-        from pathlib import Path
-
         import warnings
 
         from unsee.impl.store.sqlite import Store
 
         for line in config.calls_that_may_be_cut():  # Config(call_tokens=...) makes room
             warnings.warn(line, stacklevel=2)
-        store = Store(path, create=True)  # refuses an existing path, before anything is loaded
+        store = Store(path, create=True, key=key, ledger=ledger)  # refuses an existing path before anything loads
         note = None
         try:
             if model != "reference" and "auto" in (kw.get("attn"), kw.get("dtype"), kw.get("threads")):
@@ -234,20 +274,21 @@ class Agent:
                 if on_step:
                     on_step()
             rt.root = store.save(rt.session, model, rt.model, dict(rt.digest()))
+            store.publish()
         except BaseException:
-            store.close()
-            for suffix in ("", "-journal", ".lock"):  # the path was claimed by this call: give it back
-                Path(str(path) + suffix).unlink(missing_ok=True)
+            store.discard()  # the path was claimed by this call: give it back
             raise
         agent = cls(store, rt)
         agent.settings_note = note
         return agent
 
     @classmethod
-    def open(cls, path) -> "Agent":
+    def open(cls, path, key=None, ledger=None) -> "Agent":
+        """The stored session at `path`, verified and checked against its ledger (`key`, `ledger`: see
+        `unsee.impl.store.sqlite.Store`)."""
         from unsee.impl.store.sqlite import Store
 
-        store = Store(path)
+        store = Store(path, key=key, ledger=ledger)
         return cls(store, open_runtime(store))
 
     @property

@@ -1,6 +1,11 @@
 """The store's digests: the observation log's hash chain, per-turn row digests chained into
 D_t = H(D_{t-1} ‖ digests of turn t), the root over D_T and every other row, K/V page digests
-bound to the model's identity; recomputing them (`verify_rows`) and writing them (`seal`)."""
+bound to the model's identity; recomputing them (`verify_rows`) and writing them (`seal`).
+
+`COVERAGE` lists every column of every table the store writes and which digest covers it; the
+queries below are made from it, and a test compares it with the schema, so a column added to a
+table and left out of the seal fails. The root and the page digests are the seal: an HMAC under
+the store's key, or SHA-256 without one (`unsee.impl.store.keys`)."""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import json
 
 from unsee.impl.store.encoding import Meta
 from unsee.impl.store.errors import IntegrityError
+from unsee.impl.store.keys import SealKey
 from unsee.model.state import Observation
 
 
@@ -37,15 +43,35 @@ def chain(observations, head: str = "0" * 64) -> list[str]:
 
 
 # -- integrity ---------------------------------------------------------------------------
-# Per turn, the rows each table holds for it, in a fixed order (first column: the turn).
-TURN_ROWS = {
-    "observations": "SELECT t, body, chain FROM observations WHERE t >= ? ORDER BY t",
-    "deltas": "SELECT t, body FROM deltas WHERE t >= ? ORDER BY t",
-    "artifacts": "SELECT turn, id, type, source_ids, token_span, committed, ord FROM artifacts WHERE turn >= ? "
-                 "ORDER BY turn, ord",
-    "edges": "SELECT turn, parent, child, ord FROM edges WHERE turn >= ? ORDER BY turn, child, ord",
-    "checkpoints": "SELECT boundary, body FROM checkpoints WHERE boundary >= ? ORDER BY boundary",
+# Every column of every table the store writes: (which digest covers it, its columns, the column
+# that names the turn or the order). "turn": a per-turn digest chained into D_t; "root": the root
+# over D_T; "page": the page's own digest (a page is derived data, checked when read); "chain": the
+# digests themselves (the `turns` table is D_0..D_T and the per-table digests of each turn).
+COVERAGE = {
+    "observations": ("turn", ("t", "body", "chain"), "t"),
+    "deltas": ("turn", ("t", "body"), "t"),
+    "artifacts": ("turn", ("turn", "id", "type", "source_ids", "token_span", "committed", "ord"), "turn, ord"),
+    "edges": ("turn", ("turn", "parent", "child", "ord"), "turn, child, ord"),
+    "checkpoints": ("turn", ("boundary", "body"), "boundary"),
+    "meta": ("root", ("key", "value"), "key"),
+    "snapshots": ("root", ("id", "env"), "id"),
+    "world": ("root", ("call_id", "tool", "args", "turn"), "call_id"),
+    "receipts": ("root", ("n", "body"), "n"),
+    "pages": ("page", ("key", "born", "data", "digest"), "born, key"),
+    "turns": ("chain", ("t", "rows", "digest"), "t"),
 }
+
+
+def _rows_sql(table: str, where: str = "") -> str:
+    _, columns, order = COVERAGE[table]
+    return f"SELECT {', '.join(columns)} FROM {table}{where} ORDER BY {order}"
+
+
+# Per turn, the rows each table holds for it, in a fixed order (first column: the turn).
+TURN_ROWS = {t: _rows_sql(t, f" WHERE {COVERAGE[t][1][0]} >= ?") for t, (how, _, _) in COVERAGE.items() if how == "turn"}
+# The rows the root covers besides D_T (the root itself and nothing else left out).
+ROOT_ROWS = tuple(_rows_sql(t, f" WHERE key != '{Meta.ROOT}'" if t == "meta" else "")
+                  for t, (how, _, _) in COVERAGE.items() if how == "root")
 ZERO = "0" * 64
 
 
@@ -65,14 +91,12 @@ def stored_settings(store) -> dict:
     return settings
 
 
-def page_digest(identity: dict, key: str, data: bytes) -> str:
-    """A K/V page's digest: the model's identity, its key (which names its tokens and context)
-    and its bytes. A page whose digest does not match (damaged, or copied from a store of another
-    model) is never read: the forget recomputes it from the verified tokens and says so."""
-    h = hashlib.sha256(json.dumps(identity, sort_keys=True).encode())
-    h.update(f"|{key}|".encode())
-    h.update(data)
-    return h.hexdigest()
+def page_digest(key: SealKey, identity: dict, page: str, born: int, data: bytes) -> str:
+    """A K/V page's digest under the store's seal: the model's identity, its key (which names its
+    tokens and context), the turn it was born at (a forget deletes the pages born after its splice
+    point) and its bytes. A page whose digest does not match (damaged, or copied from a store of
+    another model) is never read: the forget recomputes it from the verified tokens and says so."""
+    return key.digest(json.dumps(identity, sort_keys=True).encode(), f"|{page}|{born}|".encode(), data)
 
 
 def turn_tables(db, start: int) -> dict[int, dict[str, str]]:
@@ -93,14 +117,12 @@ def turn_link(prev: str, rows: dict[str, str]) -> str:
     return hashlib.sha256((prev + json.dumps(rows, sort_keys=True)).encode()).hexdigest()
 
 
-def root_digest(db, head: str) -> str:
-    """The store's root: D_T with every meta row (but the root and a forget's intent marker), the
-    snapshots, the world ledger and the receipts."""
-    h = hashlib.sha256(head.encode())
-    for sql in (f"SELECT key, value FROM meta WHERE key NOT IN ('{Meta.ROOT}', '{Meta.PENDING_FORGET}') ORDER BY key",
-                "SELECT id, env FROM snapshots ORDER BY id",
-                "SELECT call_id, tool, args, turn FROM world ORDER BY call_id",
-                "SELECT n, body FROM receipts ORDER BY n"):
+def root_digest(db, head: str, key: SealKey) -> str:
+    """The store's root, under its seal: D_T with every meta row (but the root), the snapshots, the
+    world ledger and the receipts."""
+    h = key.hasher()
+    h.update(head.encode())
+    for sql in ROOT_ROWS:
         h.update(b"#")
         for row in db.execute(sql):
             h.update(json.dumps(row, separators=(",", ":")).encode())
@@ -108,7 +130,7 @@ def root_digest(db, head: str) -> str:
     return h.hexdigest()
 
 
-def verify_rows(db, path, root: str | None) -> str:
+def verify_rows(db, path, root: str | None, key: SealKey) -> str:
     """Recompute every turn digest and the root from the stored rows and compare them with the
     stored ones and `root` (the stored root); the root, or IntegrityError naming the first row
     that does not match."""
@@ -131,26 +153,26 @@ def verify_rows(db, path, root: str | None) -> str:
         prev = turn_link(prev, rows)
         if prev != digest:
             raise IntegrityError(f"{path}: the digest chain breaks at turn {t}; restore the store from a backup")
-    digest_root = root_digest(db, prev)
+    digest_root = root_digest(db, prev, key)
     if digest_root != root:
         raise IntegrityError(f"{path}: the session's settings, snapshots, side-effect ledger or receipts "
                              "do not match the store's root digest (altered or damaged); restore it from a backup")
     return digest_root
 
 
-def check_tail(db, path, root: str | None) -> None:
+def check_tail(db, path, root: str | None, key: SealKey) -> None:
     """Before a partial save: the rows a save keeps but does not re-read (meta, snapshots,
     ledger, receipts, the last turn digest) still hash to the stored root, so a save never
     seals an altered row under a new root. Turn rows altered since the last load stay
     detectable: the rows a save keeps keep their turn digests."""
     last = db.execute("SELECT digest FROM turns ORDER BY t DESC LIMIT 1").fetchone()
-    if root_digest(db, last[0] if last else ZERO) != root:
+    if root_digest(db, last[0] if last else ZERO, key) != root:
         raise IntegrityError(f"{path}: the session's settings, snapshots, side-effect ledger or receipts "
                              "do not match the store's root digest (altered or damaged); nothing was written: "
                              "restore it from a backup")
 
 
-def seal(db, start: int) -> str:
+def seal(db, start: int, key: SealKey) -> str:
     """Recompute the turn digests from `start` on and the root, inside the save's transaction."""
     db.execute("DELETE FROM turns WHERE t >= ?", (start,))
     row = db.execute("SELECT digest FROM turns WHERE t = ?", (start - 1,)).fetchone()
@@ -163,6 +185,6 @@ def seal(db, start: int) -> str:
         prev = turn_link(prev, rows)
         out.append((t, json.dumps(rows, sort_keys=True), prev))
     db.executemany("INSERT INTO turns VALUES (?, ?, ?)", out)
-    root = root_digest(db, prev)
-    db.execute("INSERT OR REPLACE INTO meta VALUES ('root', ?)", (root,))
+    root = root_digest(db, prev, key)
+    db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (Meta.ROOT, root))
     return root

@@ -17,9 +17,9 @@ from unsee.model.replay import Session
 from unsee.model.state import (Artifact, Block, Config, LedgerEntry, State, ToolCall, artifact_delta,
                                inherited_sources, provenance)
 
-FORMAT = 7  # 1: every R_t stored whole; 2: per-transition deltas and K/V pages; 3: 2 + digests; 4: JSON tool calls;
+FORMAT = 8  # 1: every R_t stored whole; 2: per-transition deltas and K/V pages; 3: 2 + digests; 4: JSON tool calls;
 # 5: F runs on weights that start on 64-byte boundaries, however the model was loaded; 6: a model turn is one prefill;
-# 7: a model turn's forward holds the prompt blocks before it
+# 7: a model turn's forward holds the prompt blocks before it; 8: a seal (keyed or a checksum) and a ledger
 CHANGED = {  # what each format changed in F: why an older store's transitions are not this F's
     4: "tool calls carry JSON arguments",
     5: "F runs on weights that start on 64-byte boundaries (a model read from the weights cache did not, and some "
@@ -27,6 +27,8 @@ CHANGED = {  # what each format changed in F: why an older store's transitions a
     6: "a model turn's header and reply are one prefill (they were two: other bits, one forward fewer per turn)",
     7: "a model turn's forward also holds the prompt blocks its transition wrote before it (they were a forward "
        "of their own: other bits, one forward fewer per turn)",
+    8: "a store is sealed (an HMAC under a key, or a checksum), its K/V page digests cover the turn each was born "
+       "at, and a ledger outside the file anchors every commit and every forget's tombstones",
 }
 MAGIC = b"SQLite format 3\x00"
 
@@ -46,8 +48,10 @@ class Meta:
     GENERATION = "generation"  # saves so far
     KV_PAGES = "kv_pages"  # the K/V page layout, where pages are kept
     DTYPE = "dtype"
+    STORE_ID = "store_id"  # a random id, made with the store: its ledger's records name it
+    SEAL = "seal"  # the seal's id: `sha256` (a checksum), or `hmac-sha256:<key id>`
+    PREV_ROOT = "prev_root"  # the root the last save started from ("" for the first)
     ROOT = "root"  # the digest over everything above and every turn
-    PENDING_FORGET = "pending_forget"  # a forget's intent, while it runs
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

@@ -1,6 +1,10 @@
-"""One writer per store, across processes and threads (an advisory lock on PATH.lock), and the
-named write points at which the tests make a save fail, fill the disk, crash or stall
-(UNSEE_FAILPOINT)."""
+"""One writer per store, across processes and threads, and the named write points at which the
+tests make a save fail, fill the disk, crash or stall (UNSEE_FAILPOINT).
+
+The lock is an advisory `flock` on the store file itself, so a store has one lock however it is
+reached (a symlink, a hard link, a relative path): the lock belongs to the file, not its name.
+(SQLite's own locks are POSIX record locks on the same file; on Linux the two kinds do not
+interact.)"""
 
 from __future__ import annotations
 
@@ -19,16 +23,11 @@ WRITE_POINTS = ("begin", "clear", "meta", "observations", "states", "artifacts",
                 "snapshots", "world", "pages", "receipt", "seal", "commit")
 
 
-def lock_path(path) -> str:
-    """The file whose advisory lock a store's writers hold."""
-    return str(path) + ".lock"
-
-
 @contextmanager
 def held(path, wait: bool = True):
-    """Hold the writers' lock of the store at `path`; yields True, or False without waiting
+    """Hold the writers' lock of the store file at `path`; yields True, or False without waiting
     (wait=False) when another writer holds it."""
-    with open(lock_path(path), "a") as lock:
+    with open(path, "rb") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
             got = True

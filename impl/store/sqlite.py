@@ -28,10 +28,13 @@ digests, root), `locking` (one writer, write points), `errors`. A store of an ol
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import hmac
 import json
 import os
 import secrets
+import shutil
 import sqlite3
 import time
 from contextlib import contextmanager
@@ -39,55 +42,66 @@ from dataclasses import replace
 from pathlib import Path
 
 from unsee.impl.engine.pages import ITEMSIZE, from_bytes, to_bytes
-from unsee.impl.store import locking
+from unsee.impl.store import anchor, locking
 from unsee.impl.store.digests import (canonical, chain_of, check_tail, identity_of, link, page_digest, seal,
                                       verify_rows)
 from unsee.impl.store.encoding import (CHANGED, FORMAT, INDEXES, MAGIC, SCHEMA, Meta, Deltas, StoredStates, checkpoint_from,
                                        checkpoint_json, delta_json, json_rows, sources_json, stored_artifact)
-from unsee.impl.store.errors import ConcurrentChange, IntegrityError, StoreError
+from unsee.impl.store.errors import ConcurrentChange, IntegrityError, SealKeyError, SideFileError, StoreError
+from unsee.impl.store.keys import CHECKSUM, NO_KEY, key_of
+from unsee.impl.store.ledger import Ledger, ledger_path
 from unsee.model.replay import Session
 from unsee.model.errors import UnseeError
 from unsee.model.state import Config, LedgerEntry, Observation
 
 
+INTENT = ".unsee-intent"  # beside a store while a forget runs: what it was (a crash leaves it)
+PARTIAL = ".partial"  # beside the path a new store is claimed for, until its first save is complete
+SIDE = {"-wal": "a write-ahead log", "-shm": "a write-ahead log's index"}  # unsee never writes these
+
+
 class Store:
     """One session store. `Store(path)` opens an existing unsee store and refuses any other file
-    before writing a byte to it; `Store(path, create=True)` claims a new path atomically (a second
-    creator of the same path gets an error, never the first one's file)."""
+    before writing a byte to it, and any store that does not match its ledger (a restored
+    backup, a rolled-back or foreign file: see `unsee.impl.store.ledger`). `Store(path,
+    create=True)` claims a new path: it is built at PATH.partial and appears at `path` only once
+    its first save is complete (`publish`), so a crash leaves nothing at `path`, and a second
+    creator of the same path gets an error, never the first one's file.
 
-    def __init__(self, path: str | Path, create: bool = False) -> None:
-        self.path = Path(path)
+    `key`: the seal (a key file's path or a `SealKey`; default `UNSEE_KEY_FILE`, else a checksum).
+    `ledger`: the ledger's path (default `UNSEE_LEDGER`, else PATH.ledger). `anchored=False`
+    opens a store that does not match its ledger, only to re-apply the recorded forgets."""
+
+    def __init__(self, path: str | Path, create: bool = False, key=None, ledger=None,
+                 anchored: bool = True) -> None:
+        self.final = Path(path)
+        self.path = self.final
+        self.key = key_of(key)
+        self.ledger = Ledger(ledger_path(self.final, ledger), self.key)
         self.failpoint = os.environ.get("UNSEE_FAILPOINT")
+        self._claim_fd: int | None = None  # the lock a new store's creator holds until it is published
         self.recovered: str | None = None
         self.damaged_pages: list[tuple[str, int]] = []  # (key, born) of pages that failed their digest
         self.integrity_seconds = 0.0  # spent verifying and sealing digests (the cost of trusting nothing)
         if create:
-            try:
-                os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
-            except FileExistsError:
-                raise StoreError(f"{self.path} already exists; pick a new path (a session store is never "
-                                 "overwritten)") from None
-            except OSError as e:
-                raise StoreError(f"cannot create {self.path}: {e.strerror}") from e
-        elif not self.path.exists():
-            raise StoreError(f"no session store at {self.path}; create one with `unsee run EPISODE --db {self.path}`")
-        elif not self.path.is_file():
-            raise StoreError(f"{self.path} is not a file; give the path of a session store")
+            self.path = self._claim()
+        elif not self.final.exists():
+            raise StoreError(f"no session store at {self.final}; create one with `unsee run EPISODE --db {self.final}`")
+        elif not self.final.is_file():
+            raise StoreError(f"{self.final} is not a file; give the path of a session store")
         else:
+            self._refuse_side_files()
             self._refuse_foreign()
-        self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
         try:
-            # deleted content and freed pages are zeroed: a forget's erasure rests on this
-            if self.db.execute("PRAGMA secure_delete = ON").fetchone() != (1,):
-                raise StoreError(f"this SQLite ({sqlite3.sqlite_version}) cannot zero deleted content "
-                                 "(secure_delete); a forget could not erase what it deletes")
+            self._connect()
             if create:
                 # a new file hands freed pages back after a save (see save); only a file without
                 # tables takes the setting
                 self.db.execute("PRAGMA auto_vacuum = INCREMENTAL")
                 self.db.executescript(SCHEMA + INDEXES)
                 self.db.executemany("INSERT INTO meta VALUES (?, ?)",
-                                    [(Meta.FORMAT, str(FORMAT)), (Meta.SALT, secrets.token_hex(16))])
+                                    [(Meta.FORMAT, str(FORMAT)), (Meta.SALT, secrets.token_hex(16)),
+                                     (Meta.STORE_ID, secrets.token_hex(8)), (Meta.SEAL, self.key.id)])
             fmt = self.meta(Meta.FORMAT)
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{self.path} is not a readable unsee store ({e}); restore it from a backup") from e
@@ -97,10 +111,116 @@ class Store:
             raise StoreError(
                 f"{self.path} is a store of format {fmt}; this unsee writes format {FORMAT}, and since then "
                 + "; ".join(CHANGED[k] for k in range(int(fmt) + 1, FORMAT + 1) if k in CHANGED)
-                + ". Its recorded transitions are not the ones this unsee's F makes, so it cannot be migrated. "
-                "Re-run its episode into a new store: unsee run EPISODE --db NEW.db")
-        if self.meta(Meta.PENDING_FORGET) is not None:
+                + ". It cannot be read as this format: re-run its episode into a new store: "
+                "unsee run EPISODE --db NEW.db")
+        self._check_seal()
+        self.anchored = anchored and not create
+        if not create:
             self._recover()
+
+    def _connect(self) -> None:
+        self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        # deleted content and freed pages are zeroed: a forget's erasure rests on this
+        if self.db.execute("PRAGMA secure_delete = ON").fetchone() != (1,):
+            raise StoreError(f"this SQLite ({sqlite3.sqlite_version}) cannot zero deleted content "
+                             "(secure_delete); a forget could not erase what it deletes")
+
+    # -- claiming, side files, the seal ------------------------------------------------------
+    def _claim(self) -> Path:
+        """Claim `final` for a new store: refuse an existing path; build at PATH.partial, taken with
+        O_EXCL (a partial left by a run that died is removed first, with its ledger if it made one)."""
+        if self.final.exists() or self.final.is_symlink():
+            raise StoreError(f"{self.final} already exists; pick a new path (a session store is never overwritten)")
+        partial = Path(str(self.final) + PARTIAL)
+        if partial.exists():
+            anchor.remove_stale(partial, self.ledger)
+        try:
+            fd = os.open(partial, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o644)
+        except FileExistsError:
+            raise StoreError(f"another run is creating {self.final} (at {partial}); wait for it, or pick a new "
+                             "path") from None
+        except OSError as e:
+            raise StoreError(f"cannot create {self.final}: {e.strerror}") from e
+        fcntl.flock(fd, fcntl.LOCK_EX)  # held until it is published: a second creator sees a live claim
+        self._claim_fd = fd
+        if self.ledger.exists():
+            self._release_claim()
+            os.unlink(partial)
+            raise StoreError(f"{self.ledger.path} is the ledger of another store, but there is no store at "
+                             f"{self.final}: remove the ledger (or give --ledger) to start a new store there")
+        return partial
+
+    def _release_claim(self) -> None:
+        if self._claim_fd is not None:
+            os.close(self._claim_fd)  # closing it releases the lock
+            self._claim_fd = None
+
+    def publish(self) -> None:
+        """Put a new store, its first save complete, at its path (atomically: a link that fails if the
+        path was taken meanwhile), and drop the partial name."""
+        if self.path == self.final:
+            return
+        self.db.close()  # SQLite refuses to write through a name that was unlinked: reopen under the new one
+        try:
+            os.link(self.path, self.final)
+        except FileExistsError:
+            raise StoreError(f"{self.final} was created by another process meanwhile; this store is at "
+                             f"{self.path}") from None
+        os.unlink(self.path)
+        self.path = self.final
+        self._release_claim()
+        self._connect()
+
+    def discard(self) -> None:
+        """Give back a path claimed by `Store(create=True)` that was never published (its ledger too)."""
+        store_id = self.meta_id
+        self.close()
+        if self.path != self.final:
+            self.path.unlink(missing_ok=True)
+            Path(str(self.path) + "-journal").unlink(missing_ok=True)
+            if self.ledger.exists() and anchor.only_creates(self.ledger, store_id):
+                self.ledger.path.unlink()
+
+    def _refuse_side_files(self) -> None:
+        """A -wal or -shm beside the store is never unsee's (its stores use a rollback journal): SQLite
+        would replay it into the file. A hot -journal is replayed only once a copy shows it brings the
+        store back to a state its ledger recorded (`anchor.own_journal`)."""
+        for suffix, what in SIDE.items():
+            side = Path(str(self.final) + suffix)
+            if side.exists():
+                raise SideFileError(f"{side} is {what}, which unsee stores never write: it belongs to another "
+                                    f"database and SQLite would replay it into {self.final}. Remove it; nothing was "
+                                    "written to the store")
+        journal = Path(str(self.final) + "-journal")
+        if journal.exists() and journal.stat().st_size > 0 and not anchor.own_journal(self.final, journal,
+                                                                                       self.ledger):
+            raise SideFileError(f"{journal} is a rollback journal that does not belong to {self.final} (replaying it "
+                                "would not bring the store back to a state its ledger recorded). Remove it; "
+                                "nothing was written to the store")
+
+    def _check_seal(self) -> None:
+        """The store is sealed under the key given (or, without one, with a checksum), or refused."""
+        sealed = self.meta(Meta.SEAL)
+        if sealed == self.key.id:
+            return
+        if sealed is None:
+            raise IntegrityError(f"{self.path} records no seal: the store was altered; restore it from a backup")
+        if not self.key.keyed:
+            raise SealKeyError(f"{self.path} is sealed under a key ({sealed}); give it with --key-file PATH "
+                               "(or UNSEE_KEY_FILE)")
+        if sealed == CHECKSUM:
+            raise SealKeyError(f"{self.path} is sealed without a key (a checksum), but a key ({self.key.id}) was "
+                               "given: open it without one, or seal it under the key with `unsee rekey`")
+        raise SealKeyError(f"{self.path} is sealed under key {sealed}, not the key given ({self.key.id})")
+
+    @property
+    def meta_id(self) -> str | None:
+        return self.meta(Meta.STORE_ID)
+
+    @property
+    def generation(self) -> int:
+        """Saves so far."""
+        return int(self.meta(Meta.GENERATION, "0"))
 
     def _refuse_foreign(self) -> None:
         """An existing file that is not an unsee store is refused before anything writes to it."""
@@ -124,41 +244,49 @@ class Store:
                              f"{', '.join(sorted(tables)) or 'none'}), not an unsee store; nothing was written to it")
 
     def _recover(self) -> None:
-        """A forget's intent marker: SQLite rolled back the partial write when this connection first
-        read; say so and clear it, but only when no forget holds the lock (one that is running
-        keeps its marker)."""
+        """A forget's intent (PATH.unsee-intent) left by a crash: SQLite rolled back the partial write
+        when this connection first read; say so and remove the marker, but only when no forget holds
+        the lock (one that is running keeps its marker). The store file is not written."""
+        marker = Path(str(self.final) + INTENT)
+        if not marker.exists():
+            return
         with locking.held(self.path, wait=False) as got:
-            if not got:
+            if not got or not marker.exists():
                 return
-            pending = self.meta(Meta.PENDING_FORGET)
-            if pending is None:
-                return
-            self.recovered = (f"an interrupted forget ({json.loads(pending)['method']}, started "
-                              f"{json.loads(pending)['started']}) was rolled back: the store holds the state "
+            try:
+                pending = json.loads(marker.read_text())
+                what = f"{pending['method']}, started {pending['started']}"
+            except (ValueError, KeyError, OSError):
+                what = "of unknown kind"
+            self.recovered = (f"an interrupted forget ({what}) was rolled back: the store holds the state "
                               "before it")
-            self.db.execute("DELETE FROM meta WHERE key = ?", (Meta.PENDING_FORGET,))
+            marker.unlink(missing_ok=True)
 
     def _point(self, name: str) -> None:
         locking.reach(self.failpoint, name)
 
     @contextmanager
     def writer(self):
-        """One writer at a time on this store, across processes and threads: a second waits."""
+        """One writer at a time on this store, across processes and threads: a second waits. (A new
+        store's creator holds the lock already, until the store is published.)"""
+        if self._claim_fd is not None:
+            yield self
+            return
         with locking.held(self.path):
             yield self
 
     @contextmanager
     def exclusive(self, method: str):
-        """Serialize writers on one store (a second waits), and record a forget's intent so that
-        an interrupted one is reported on the next open."""
+        """Serialize writers on one store (a second waits), and record a forget's intent beside the
+        store (never in it: a forget that fails leaves the file byte-identical) so that an interrupted
+        one is reported on the next open."""
         with self.writer():
-            intent = json.dumps({"method": method, "started": time.strftime("%Y-%m-%dT%H:%M:%S")})
-            self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (Meta.PENDING_FORGET, intent))
+            marker = Path(str(self.final) + INTENT)
+            marker.write_text(json.dumps({"method": method, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}))
             try:
                 yield self
-            except BaseException:  # a clean failure, not a crash: nothing to report on the next open
-                self.db.execute("DELETE FROM meta WHERE key = ?", (Meta.PENDING_FORGET,))
-                raise
+            finally:  # done or failed cleanly: nothing to report on the next open (a crash leaves it)
+                marker.unlink(missing_ok=True)
 
     def root(self) -> str | None:
         return self.meta(Meta.ROOT)
@@ -177,8 +305,9 @@ class Store:
 
     def verify(self, pages: bool = False) -> str:
         """Recompute every digest from the stored rows and compare; the root, or IntegrityError
-        naming the first row that does not match. `pages`: also read every K/V page's bytes (a
-        forget reads only the pages it restores, and checks each as it reads it)."""
+        naming the first row that does not match; then the store against its ledger (`anchor.check`:
+        RolledBack for an older state, LedgerError for one it never recorded). `pages`: also read every
+        K/V page's bytes (a forget reads only the pages it restores, and checks each as it reads it)."""
         t0 = time.perf_counter()
         try:
             with self.snapshot():
@@ -188,12 +317,14 @@ class Store:
 
 
     def _verify(self, pages: bool) -> str:
-        root = verify_rows(self.db, self.path, self.meta(Meta.ROOT))
+        root = verify_rows(self.db, self.path, self.meta(Meta.ROOT), self.key)
+        if self.anchored:  # the rows are the store's own: now, is it the state its ledger last recorded?
+            anchor.check(self)
         if pages:
             ident = json.loads(self.meta(Meta.IDENTITY, "{}"))
             self.damaged_pages = [(key, born) for key, born, data, digest in
                                   self.db.execute("SELECT key, born, data, digest FROM pages ORDER BY born, key")
-                                  if page_digest(ident, key, data) != digest]
+                                  if page_digest(self.key, ident, key, born, data) != digest]
         return root
 
 
@@ -208,8 +339,15 @@ class Store:
         """How receipts name a target: a salted digest, never its text."""
         return hashlib.sha256((self.salt() + text).encode()).hexdigest()[:24]
 
+    def tombstone(self, source: str, text: str) -> tuple[str, str]:
+        """What the ledger keeps of a forgotten part: its source id's salted digest and a digest of its
+        text under the store's key (or, without one, its salt), never the text."""
+        secret = self.key.secret or self.salt().encode()
+        return self.target_digest(source), hmac.new(secret, text.encode(), hashlib.sha256).hexdigest()[:32]
+
     def close(self) -> None:
         self.db.close()
+        self._release_claim()
 
     def meta(self, key: str, default=None):
         row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
@@ -252,7 +390,7 @@ class Store:
         return self.meta(Meta.MODEL) is not None
 
     def save(self, s: Session, model: str, engine, digests: dict, receipt: dict | None = None,
-             since: int | None = None, expect: str | None = None) -> str:
+             since: int | None = None, expect: str | None = None, tombstones=(), kind: str | None = None) -> str:
         """Write `s`, run on `engine` (the engine LM of the runtime that holds it: its identity and
         its K/V pages are stored with it), in one transaction; returns the new root.
 
@@ -261,12 +399,22 @@ class Store:
         (a forget spliced at c, or c = T−1 after one more step). Rows of the old suffix are
         deleted, K/V pages born after c included, with secure_delete on. `expect`: the root the
         caller read `s` from (required with since): if another writer changed the store since,
-        nothing is written (ConcurrentChange). A failed write leaves the store as it was."""
+        nothing is written (ConcurrentChange). A failed write leaves the store as it was.
+
+        Once the transaction commits, the new root is appended to the ledger (with `tombstones`, the
+        (id digest, content digest) of each part a forget removed: `tombstone`)."""
+        prev = self.root() or ""
         try:
-            return self._save(s, model, engine, digests, receipt, since, expect)
+            root = self._save(s, model, engine, digests, receipt, since, expect)
         except sqlite3.Error as e:
             raise StoreError(f"could not write {self.path} ({e}); nothing was changed: the store holds the "
                              "session as it was before") from e
+        kind = kind or ("forget" if receipt is not None else "create" if not prev else "step" if since == s.T - 1
+                        else "save")
+        self.ledger.append(self.meta_id, int(self.meta(Meta.GENERATION)), kind, root, prev, tombstones)
+        self._point("ledger")
+        self.publish()  # a new store appears at its path once its first save is complete
+        return root
 
     def _save(self, s: Session, model: str, engine, digests: dict, receipt, since, expect) -> str:
         db = self.db
@@ -289,12 +437,11 @@ class Store:
                     raise ConcurrentChange(f"{self.path} was changed by another writer since this session was read "
                                            "from it; nothing was written: open it again and repeat")
                 t0 = time.perf_counter()
-                check_tail(self.db, self.path, self.root())
+                check_tail(self.db, self.path, self.root(), self.key)
                 self.integrity_seconds += time.perf_counter() - t0
             self._clear(c, k)
             self._point("clear")
             db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta.items())
-            db.execute("DELETE FROM meta WHERE key = ?", (Meta.PENDING_FORGET,))
             self._point("meta")
             self._write_suffix(s, c, k, bodies, hashes)
             if pages is not None:
@@ -305,7 +452,7 @@ class Store:
                            (json.dumps({**receipt, "log_head": meta[Meta.CHAIN_HEAD]}),))
             self._point("receipt")
             t0 = time.perf_counter()
-            root = seal(self.db, min(max(c, 0), max(k, 0) + 1))
+            root = seal(self.db, min(max(c, 0), max(k, 0) + 1), self.key)
             self.integrity_seconds += time.perf_counter() - t0
             self._point("seal")
             db.execute("COMMIT")
@@ -360,7 +507,7 @@ class Store:
                 Meta.CONFIG: json.dumps(s.config.to_json()), Meta.DIGESTS: json.dumps(digests),
                 Meta.FORGOTTEN: json.dumps(sorted(forgotten)), Meta.CHAIN_HEAD: chain_head,
                 Meta.IDENTITY: json.dumps(identity, sort_keys=True),
-                Meta.GENERATION: str(int(self.meta(Meta.GENERATION, "0")) + 1)}
+                Meta.GENERATION: str(int(self.meta(Meta.GENERATION, "0")) + 1), Meta.PREV_ROOT: self.root() or ""}
         if pages is not None:
             meta[Meta.KV_PAGES] = json.dumps(pages[0])
         if "dtype" in identity:  # a forget must run on the same LM: same weights, same dtype
@@ -429,7 +576,7 @@ class Store:
                                  "--kv-pages none")
             data = to_bytes(page)
             t0 = time.perf_counter()
-            out.append((key, t, data, page_digest(identity, key, data)))
+            out.append((key, t, data, page_digest(self.key, identity, key, t, data)))
             self.integrity_seconds += time.perf_counter() - t0
         return layout, out
 
@@ -448,7 +595,7 @@ class Store:
             if row is None:
                 return None
             t0 = time.perf_counter()
-            ok = page_digest(ident, key, row[0]) == row[1]
+            ok = page_digest(self.key, ident, key, row[2], row[0]) == row[1]
             self.integrity_seconds += time.perf_counter() - t0
             if not ok:
                 self.damaged_pages.append((key, row[2]))
@@ -566,3 +713,67 @@ def with_live_cache(s: Session) -> Session:
     if isinstance(s.states, StoredStates) and not s.states.tail:  # Deltas.get builds every state with kv=None
         return s
     return replace(s, states=s.states[:-1] + (replace(s.state, kv=None),))
+
+
+def copy_store(src, dst) -> None:
+    """Copy a store and its ledger (beside it) to a new path, as one more copy of the same session
+    (the benchmarks' and the soak's working copies). A backup restored over a store needs no such
+    help: its older state is what the ledger refuses (docs/trust.md)."""
+    shutil.copyfile(src, dst)
+    ledger = Path(str(src) + ".ledger")
+    if ledger.exists():
+        shutil.copyfile(ledger, str(dst) + ".ledger")
+
+
+def rekey(path, old=None, new=None, ledger=None) -> dict:
+    """Seal the store at `path` (and its ledger) under `new` instead of `old` (keys or key files; None:
+    a checksum). Everything is verified under `old` first; the store's seal and page digests are
+    rewritten in one transaction, then the ledger is rewritten under `new` (atomically) with a
+    `rekey` record. A rekey that was interrupted between the two is finished by running it again."""
+    from unsee.impl.store.keys import key_of
+
+    old, new = key_of(old) if old is not None else NO_KEY, key_of(new) if new is not None else NO_KEY
+    try:  # a rekey interrupted after the store's transaction: the store under `new`, the ledger under `old`
+        half = Store(path, key=new, ledger=ledger, anchored=False)
+    except SealKeyError:
+        half = None
+    if half is not None:
+        try:
+            records = Ledger(half.ledger.path, old).records()
+        except StoreError:
+            records = None
+        if old.id != new.id and records is not None and records[-1].root == half.meta(Meta.PREV_ROOT):
+            return _rekey_ledger(half, records, new)
+        half.close()
+    store = Store(path, key=old, ledger=ledger)
+    store.verify(pages=True)
+    records = store.ledger.records()
+    ident = store.identity
+    with store.writer():
+        db = store.db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            prev = store.root()
+            db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                           [(Meta.SEAL, new.id), (Meta.PREV_ROOT, prev), (Meta.GENERATION, str(store.generation + 1))])
+            db.executemany("UPDATE pages SET digest = ? WHERE key = ?",
+                           [(page_digest(new, ident, k, born, data), k)
+                            for k, born, data in db.execute("SELECT key, born, data FROM pages").fetchall()])
+            seal(db, 0, new)
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        store.key = new
+        return _rekey_ledger(store, records, new)
+
+
+def _rekey_ledger(store, records, new) -> dict:
+    store.ledger.rewrite(records, new)
+    store.ledger.append(store.meta_id, store.generation, "rekey", store.root(), records[-1].root)
+    store.key, store.anchored = new, True
+    store.verify()
+    out = {"store": str(store.final), "seal": new.id, "ledger": str(store.ledger.path), "records": len(records) + 1}
+    store.close()
+    return out

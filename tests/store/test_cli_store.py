@@ -55,9 +55,14 @@ def test_check_detects_a_tampered_store(tmp_path):
     from unsee.impl.store.sqlite import Store
 
     st = Store(db)
+    old = st.root()
     st.db.execute("BEGIN IMMEDIATE")
-    seal(st.db, 0)
+    new = seal(st.db, 0, st.key)
     st.db.execute("COMMIT")
+    p = unsee("check", "--db", db, check=False)  # re-sealed outside unsee: its ledger never recorded that root
+    assert p.returncode == 2 and "not a state its ledger" in p.stdout + p.stderr
+    # with the ledger rewritten too (who holds no key can, see docs/trust.md), the re-derivation still sees it
+    st.ledger.append(st.meta_id, st.generation, "save", new, old)
     st.close()
     p = unsee("check", "--db", db, check=False)
     assert p.returncode == 1 and "transcript" in p.stdout + p.stderr

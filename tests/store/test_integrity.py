@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 
 from unsee.impl.cli import app
 from unsee.impl.store.encoding import SCHEMA
-from unsee.impl.store.sqlite import Store
+from unsee.impl.store.sqlite import Store, copy_store
 
 pytestmark = pytest.mark.tiny
 
@@ -207,7 +207,7 @@ def test_corruption_is_an_error_or_an_announced_recomputation(stored, tmp_path, 
     import re
 
     db = tmp_path / "s.db"
-    shutil.copy(stored, db)
+    copy_store(stored, db)
     con = sqlite3.connect(db)
     mutate(con)
     con.commit()
@@ -232,7 +232,7 @@ def test_corruption_is_an_error_or_an_announced_recomputation(stored, tmp_path, 
 
 def test_a_damaged_page_is_named_by_the_fast_check(stored, tmp_path):
     db = tmp_path / "s.db"
-    shutil.copy(stored, db)
+    copy_store(stored, db)
     con = sqlite3.connect(db)
     update("pages", "data", first_page_born(3), flip_bit)(con)
     con.commit()
@@ -267,7 +267,7 @@ def test_a_page_from_a_store_of_another_model_is_never_read(tmp_path):
 def test_a_truncated_file_is_never_built_on(stored, tmp_path):
     """A file cut to 99 % can pass SQLite's integrity_check; no forget builds on what is lost."""
     db = tmp_path / "s.db"
-    shutil.copy(stored, db)
+    copy_store(stored, db)
     data = db.read_bytes()
     db.write_bytes(data[: len(data) * 99 // 100])
     fast = invoke("check", "--db", db, "--fast")  # the loss is seen, never passed over
@@ -327,7 +327,7 @@ def test_a_file_that_is_not_a_store_is_refused_before_any_write(tmp_path, kind):
 
 def test_a_full_disk_during_a_forget_is_a_clear_error_and_the_old_session_survives(stored, tmp_path, monkeypatch):
     db = tmp_path / "s.db"
-    shutil.copy(stored, db)
+    copy_store(stored, db)
     before = file_digest(db)
     for point in ("pages", "seal"):
         monkeypatch.setenv("UNSEE_FAILPOINT", f"{point}:full")
@@ -346,7 +346,7 @@ def test_a_full_disk_during_a_forget_is_a_clear_error_and_the_old_session_surviv
 
 def test_receipts_name_sources_by_salted_digest_only(stored, tmp_path):
     db = tmp_path / "s.db"
-    shutil.copy(stored, db)
+    copy_store(stored, db)
     res = invoke("forget", "--db", db, "--source", "addr", "--json", tmp_path / "r.json")
     assert res.exit_code == 0
     assert json.loads((tmp_path / "r.json").read_text())["sources"] == ["addr"]  # the user's own request
@@ -386,7 +386,7 @@ def test_a_real_full_disk_during_a_forget_leaves_the_old_session(stored, tmp_pat
         pytest.skip("mounting a tmpfs is not allowed here; the failpoint test covers a full disk")
     try:
         db = mnt / "s.db"
-        shutil.copy(stored, db)
+        copy_store(stored, db)
         filler = mnt / "filler"
         free = os.statvfs(mnt).f_bavail * os.statvfs(mnt).f_frsize
         filler.write_bytes(b"\0" * max(0, free - 8 * 1024))  # leave 8 KiB: less than the forget writes
@@ -414,7 +414,7 @@ def test_the_soak_finds_the_first_differing_position_between_two_states(tmp_path
     ep.write_text(EPISODE.read_text() + json.dumps(last) + "\n")
     a, b = tmp_path / "a.db", tmp_path / "b.db"
     assert invoke("run", ep, "--db", a, "--model", "tiny-llama").exit_code == 0
-    shutil.copy(a, b)
+    copy_store(a, b)
     assert invoke("forget", "--db", b, "--source", "z9").exit_code == 0
     diff = first_difference(a, b)
     assert "transcript" in diff["layers"] and diff["kv_layers_differ"]

@@ -193,18 +193,19 @@ def test_an_artifact_copies_and_pickles_as_its_provenance_tuple_alone(tmp_path):
     st.close()
 
 
-@pytest.mark.parametrize("fmt, says", [(6, ["holds the prompt blocks"]),
+@pytest.mark.parametrize("fmt, says", [(7, ["is sealed", "a ledger outside the file"]),
+                                       (6, ["holds the prompt blocks", "is sealed"]),
                                        (5, ["header and reply are one prefill", "holds the prompt blocks"]),
                                        (4, ["64-byte boundaries", "one prefill"]),
                                        (3, ["tool calls carry JSON arguments", "64-byte boundaries", "one prefill"])])
 def test_an_older_store_is_refused_with_what_changed_f_since(tmp_path, fmt, says):
-    """Each format since the store's is named: what makes its recorded transitions not this F's."""
+    """Each format since the store's is named: what it changed, and how to get a store of this one."""
     from unsee.impl.store.sqlite import StoreError
 
     db = tmp_path / "old.db"
-    Store(db, create=True).close()
+    Store(db, create=True).save(make_runtime("reference").session, "reference", make_runtime("reference").model, {})
     with sqlite3.connect(db) as c:
         c.execute("UPDATE meta SET value = ? WHERE key = 'format'", (str(fmt),))
-    with pytest.raises(StoreError, match=f"store of format {fmt}; this unsee writes format 7") as e:
+    with pytest.raises(StoreError, match=f"store of format {fmt}; this unsee writes format 8") as e:
         Store(db)
     assert all(s in str(e.value) for s in says) and "unsee run EPISODE --db NEW.db" in str(e.value)

@@ -1,0 +1,140 @@
+"""The ledger: an append-only record, outside the store file, of every state a store was committed
+in, and of what each forget removed (tombstones: digests of the forgotten parts, never their text).
+
+A store that is put back to an older state (a restored backup, a rolled-back file) is older than
+its ledger's last record; one that holds a forgotten part matches a tombstone. Either is refused
+on open, with the command that re-applies the recorded forgets (`unsee forget --db PATH
+--reapply`). The ledger is a JSON-lines file (default: beside the store, `PATH.ledger`; `--ledger`
+or `UNSEE_LEDGER` puts it on other storage), each record chained to the one before by a digest
+under the store's seal (HMAC under its key, or SHA-256), and checked whole whenever it is read.
+
+One record per commit, appended (and flushed to disk) after the store's transaction commits:
+{seq, store, generation, kind, root, prev, tombstones, time, seal, mac}. A crash between the
+commit and the append leaves the store one save ahead of its ledger; the next open sees that the
+save started from the ledger's last root (the store keeps the root it started from) and appends
+the missing record, its tombstones read back from the store's last receipt.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from unsee.impl.store.errors import LedgerError
+from unsee.impl.store.keys import SealKey
+
+KINDS = ("create", "step", "save", "forget", "reapply", "rekey", "adopt")
+
+
+@dataclass(frozen=True)
+class Record:
+    seq: int
+    store: str  # the store's id (meta store_id)
+    generation: int  # the store's generation after this commit
+    kind: str
+    root: str  # the store's root after it
+    prev: str  # the root it started from ("" for a new store)
+    tombstones: tuple[tuple[str, str], ...] = ()  # (salted id digest, content digest) of each forgotten part
+    time: str = ""
+    seal: str = ""  # the seal's id: `sha256`, or the key's `hmac-sha256:<id>`
+    mac: str = field(default="", compare=False)
+
+    def body(self) -> dict:
+        return {"seq": self.seq, "store": self.store, "generation": self.generation, "kind": self.kind,
+                "root": self.root, "prev": self.prev, "tombstones": [list(t) for t in self.tombstones],
+                "time": self.time, "seal": self.seal}
+
+
+def ledger_path(store_path, given=None) -> Path:
+    """Where a store's ledger is: `given`, else `UNSEE_LEDGER`, else beside the store."""
+    chosen = given if given is not None else os.environ.get("UNSEE_LEDGER") or None
+    return Path(chosen) if chosen is not None else Path(str(store_path) + ".ledger")
+
+
+class Ledger:
+    """The ledger file at `path`, read and checked under `key` (the store's seal)."""
+
+    def __init__(self, path, key: SealKey) -> None:
+        self.path = Path(path)
+        self.key = key
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def _mac(self, prev_mac: str, body: dict) -> str:
+        return self.key.digest(prev_mac.encode(), b"|", json.dumps(body, sort_keys=True).encode())
+
+    def records(self) -> list[Record]:
+        """Every record, each checked against the chain; LedgerError names the first that is not."""
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            raise LedgerError(f"no ledger at {self.path}: the store's anchor is missing. If it was kept elsewhere, "
+                              "give --ledger PATH (or UNSEE_LEDGER); see docs/trust.md") from None
+        except OSError as e:
+            raise LedgerError(f"cannot read the ledger {self.path} ({e.strerror})") from None
+        out, prev = [], ""
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+                mac = d.pop("mac")
+                rec = Record(d["seq"], d["store"], d["generation"], d["kind"], d["root"], d["prev"],
+                             tuple(tuple(t) for t in d["tombstones"]), d["time"], d["seal"], mac)
+            except (ValueError, KeyError, TypeError):
+                raise LedgerError(f"the ledger {self.path} is damaged at line {n} (not a ledger record); "
+                                  "restore it from where it was copied") from None
+            if rec.seq != len(out) or self._mac(prev, rec.body()) != mac:
+                why = ("its key is not the one given" if rec.seal != self.key.id else "it was altered")
+                raise LedgerError(f"the ledger {self.path} does not check at record {rec.seq} (line {n}): {why}; "
+                                  "a ledger is only appended to")
+            if out and rec.store != out[0].store:
+                raise LedgerError(f"the ledger {self.path} mixes two stores (record {rec.seq})")
+            out.append(rec)
+            prev = mac
+        if not out:
+            raise LedgerError(f"the ledger {self.path} is empty: the store's anchor is missing; see docs/trust.md")
+        return out
+
+    def append(self, store: str, generation: int, kind: str, root: str, prev: str, tombstones=(),
+               records: list[Record] | None = None) -> Record:
+        """Append one record (after `records`, the ledger as last read, or as it is now) and flush it to disk."""
+        if kind not in KINDS:
+            raise ValueError(f"ledger record kind {kind!r} is not one of {KINDS}")
+        before = records if records is not None else (self.records() if self.exists() else [])
+        rec = Record(len(before), store, generation, kind, root, prev, tuple(tuple(t) for t in tombstones),
+                     time.strftime("%Y-%m-%dT%H:%M:%S%z"), self.key.id)
+        mac = self._mac(before[-1].mac if before else "", rec.body())
+        line = json.dumps({**rec.body(), "mac": mac}, sort_keys=True) + "\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return Record(**{**rec.__dict__, "mac": mac})
+
+    def rewrite(self, records: list[Record], key: SealKey) -> None:
+        """The same records chained under `key` (a key rotation), replacing the file atomically."""
+        lines, prev = [], ""
+        for r in records:
+            body = {**r.body(), "seal": key.id}
+            mac = key.digest(prev.encode(), b"|", json.dumps(body, sort_keys=True).encode())
+            lines.append(json.dumps({**body, "mac": mac}, sort_keys=True) + "\n")
+            prev = mac
+        tmp = self.path.with_name(self.path.name + ".rekey")
+        with open(tmp, "w") as f:
+            f.writelines(lines)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        self.key = key
+
+
+def tombstoned(records: list[Record]) -> dict[tuple[str, str], int]:
+    """(salted id digest, content digest) → the generation of the forget that removed it."""
+    return {tuple(t): r.generation for r in records for t in r.tombstones}
