@@ -40,10 +40,16 @@ FOOTER = """## Episode files
 ```
 
 - `kind`: `system`, `user`, `memory` or `tool`.
-- `source`: the id a forget names (`unsee forget --source ID`). A line is one part with one
-  source; an observation of several parts, or a part standing `instead_of` another, is written
-  in Python (`unsee.model.Observation`, `Part`; see the README's Python example).
+- `source`: the id a forget names (`unsee forget --source ID`). Ids are kept in Unicode NFC, so
+  ids that print alike are one id (`café` typed as one code point or as `e` and a combining
+  accent); an id with a character that prints as nothing (a control or format character such as
+  a zero-width space) or with spaces around it is refused.
 - `text`: what the observation says.
+- `parts`, instead of `source` and `text`: `[{"source", "text"[, "instead_of"]}, ...]`, an
+  observation that mixes sources, such as a tool result with an injected span (a source may
+  hold several spans: `t`, `z`, `t`). A part with `"instead_of": ID` is read only once ID is
+  forgotten (a value ID changed, e.g. a size that counts its bytes): ID must be a source that some
+  part of the episode carries, and not the part's own. `parts` may not be empty.
 - `reply`: how many tokens the model decodes after it (default `--max-new-tokens` for user
   lines, 0 otherwise).
 - `tool`: a tool the agent calls after its reply: the model writes the call's arguments as JSON
@@ -66,6 +72,25 @@ is more); a call cut shorter is invalid, fails without running, and `unsee show`
 ```json
 {"tools": [{"name": "ship_gift", "consequential": true, "parameters": {"type": "object", "properties": {"address": {"type": "string", "maxLength": 48}}}}]}
 ```
+
+Limits, each checked before anything is allocated for it; a refusal names the line, the number,
+the limit and what to do, and leaves nothing at `--db`:
+
+- a line holds at most 1,048,576 characters (a longer one is not read further);
+- `reply` is at most 65,536 tokens (8 times SmolLM2's whole window);
+- an episode holds at most 4,096 observations (`--max-turns` raises it: a run keeps every state
+  until its one save);
+- the context fits the model's window (its `max_position_embeddings`, BOS included: 8,192 tokens
+  for SmolLM2, 4,096 for the tiny models), or 8,192 tokens on the reference model, which has none.
+  It is counted once the model is loaded and before the store is claimed, as the run will write
+  it: each part's block in the chat template, each model turn's header and the most it may decode
+  (`reply`; `--call-tokens` for a tool call; the summary of `compact`), a compaction keeping the
+  system lines and the summary. A tool's result is counted when it comes: the engine refuses any
+  forward past the window, and the run stops there with the line's number.
+
+An episode path that is a directory or cannot be read, a `--db` or `--json` where nothing can be
+written, and a machine out of memory end a command with one line of error and exit code 2, as
+every refusal does; `UNSEE_DEBUG=1` prints the traceback instead.
 
 ## The receipt
 

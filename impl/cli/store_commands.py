@@ -11,8 +11,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from unsee.impl.cli.common import (Attn, Dtype, KvPages, Method, Policy, app, args_text, console, fail, opened_store,
-                                   out, progress, threads_arg, threads_value, write_json)
+from unsee.impl.cli.common import (Attn, Dtype, KvPages, Method, Policy, app, args_text, console, environment_failure,
+                                   fail, opened_store, out, progress, threads_arg, threads_value, write_json)
+from unsee.impl.store.episode import MAX_REPLY, MAX_TURNS
 
 
 @app.command()
@@ -20,7 +21,10 @@ def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observa
         db: Path = typer.Option(..., help="SQLite session store to create."),
         model: str = typer.Option("tiny-llama", help="tiny-llama | tiny-qwen2 | tiny-mistral | recall-tiny | "
                                                     "recall-tiny-2 | recall-tiny-3 | smollm2 | reference | a path."),
-        max_new_tokens: int = typer.Option(8, help="Reply length for user lines that do not say."),
+        max_new_tokens: int = typer.Option(8, min=0, max=MAX_REPLY,
+                                           help="Reply length for user lines that do not say."),
+        max_turns: int = typer.Option(MAX_TURNS, min=1, help="The most observations an episode may hold; a "
+                                      "longer one is refused before anything runs."),
         call_tokens: Optional[int] = typer.Option(None, min=1, help="The most tokens a tool call's JSON arguments "
                                                   "may take, with the end token (default: 64, or more where a "
                                                   "declared tool's longest arguments need it); a call cut there is "
@@ -45,12 +49,19 @@ def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observa
                                     "selftest/settings-*.json: delete them to measure again) and stated in the "
                                     "output.")) -> None:
     """Run a session from an episode file and store it."""
-    from unsee.impl.store.episode import parse_episode
+    import os
+    import sqlite3
+    import sys
+
+    from unsee.impl.store.episode import read_episode
     from unsee.impl.store.agent import Agent
     from unsee.model import Config, UnseeError
 
+    done = 0  # steps run, for an error the engine raises on the way
+    ep = None
     try:
-        stream, tools = parse_episode(episode, max_new_tokens)  # every line is checked before anything is written
+        ep = read_episode(episode, max_new_tokens, max_turns)  # every line is checked before anything is written
+        stream, tools = list(ep.observations), ep.tools
         settings = {} if model == "reference" else {"dtype": dtype.value, "threads": threads_arg(threads),
                                                     "attn": attn.value}
         if call_tokens is None:  # room for the longest arguments of every declared tool
@@ -62,19 +73,38 @@ def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observa
         for line in config.calls_that_may_be_cut():
             console.print(f"[yellow]warning[/yellow] {escape(line.replace('call_tokens', '--call-tokens'))}",
                           soft_wrap=True)
+        if os.path.lexists(db):  # Agent.create refuses it too; here before the model loads for the check
+            raise UnseeError(f"{db} already exists; pick a new path (a session store is never overwritten)")
+        _check_fit(ep, model, config, settings)
         if "auto" in settings.values():
             console.print("[dim]choosing the auto settings: each candidate is measured once per model and machine "
                           "(a minute or more the first time for a model the size of SmolLM2), then read back"
                           "[/dim]", soft_wrap=True)
         with progress() as p:
             task = p.add_task(f"run {episode.name} on {model}", total=len(stream))
+
+            def stepped() -> None:
+                nonlocal done
+                done += 1
+                p.advance(task)
             with warnings.catch_warnings():  # printed above, as the command's own warning
                 warnings.filterwarnings("ignore", message="tool .*: its longest arguments")
                 agent = Agent.create(db, model, config, policy.value,
                                      kv_pages=kv_pages is KvPages.keep, observations=stream,
-                                     on_step=lambda: p.advance(task), **settings)
+                                     on_step=stepped, **settings)
     except (UnseeError, ValueError) as e:
+        engine = sys.modules.get("unsee.impl.engine.lm")  # loaded only for a real model (torch)
+        if engine is not None and isinstance(e, engine.ContextWindowError):
+            # past the window where the check could not count (a tool's result): the path was given back
+            fail(UnseeError(f"line {ep.lines[min(done, len(ep.lines) - 1)]}: {e}; nothing was stored at {db}"))
         fail(e)
+    except sqlite3.Error as e:
+        fail(UnseeError(f"{db}: {e}; nothing was stored there"))
+    except Exception as e:  # out of memory, a file the machine refuses: one line (common.App); bugs go on
+        line = environment_failure(e)
+        if line is None or os.environ.get("UNSEE_DEBUG"):
+            raise
+        fail(UnseeError(f"{line}; nothing was stored at {db}" if ep is not None else line))
     with agent:
         s, store = agent.session, agent.store
         n_pages, page_bytes, page_tokens = store.page_bytes()
@@ -90,6 +120,33 @@ def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observa
             out.print(f"K/V pages: {n_pages} blocks, {page_tokens} tokens, {page_bytes / 1e6:.1f} MB "
                       f"({page_bytes / page_tokens / 1e3:.1f} KB per token); capture "
                       f"{1000 * agent.runtime.model.capture_seconds / max(1, s.T):.2f} ms per step")
+
+
+def _check_fit(ep, model: str, config, settings: dict) -> None:
+    """Refuse an episode whose context cannot fit the model's window (`check_context`), before the
+    store is claimed or anything runs: the model is loaded for its template and window (the run
+    then takes the same load; under an auto setting the load is dropped again, the chosen one loads)."""
+    from unsee.impl.store.episode import REFERENCE_WINDOW, check_context
+
+    if model == "reference":
+        from unsee.model.lm import REFERENCE
+
+        check_context(ep, REFERENCE.encode, REFERENCE.header, REFERENCE_WINDOW, "the reference model",
+                      config.summary_tokens, config.call_tokens, own=False)
+        return
+    from unsee.impl.engine import models
+    from unsee.impl.engine.lm import window_of
+
+    dtype = "float32" if settings["dtype"] == "auto" else settings["dtype"]
+    attn = "eager" if settings["attn"] == "auto" else settings["attn"]
+    bundle = models.load(model, dtype=dtype, attn=attn)
+    window = window_of(bundle.model.config)
+    if window is not None:
+        tpl = bundle.template
+        check_context(ep, tpl.block, tpl.header, window, model, config.summary_tokens, config.call_tokens,
+                      bos=len(tpl.bos()))
+    if "auto" in (settings["dtype"], settings["attn"]):
+        models.forget(model, dtype, None, attn)
 
 
 @app.command()
