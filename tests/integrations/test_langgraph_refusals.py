@@ -277,3 +277,11 @@ def test_compare_threads_names_what_differs():
     assert L.compare_threads(a, "t1", thread(["hello"]), "t1") == ["turns: 2 != 1"]
     x, y = thread(["hello"], reply_id="r1"), thread(["hello"], reply_id="r2")
     assert L.compare_threads(x, "t1", y, "t1") == ["turn 2: messages[2].id: 'r1' != 'r2'"]
+
+
+def test_a_bare_tuple_as_the_messages_value_is_refused_with_what_to_pass(tmp_path):
+    """LangGraph reads {"messages": ("user", "hi")} as one message; its checkpoint stores the tuple
+    as a list, which reads back as two. The forget sees the mismatch and says what to pass."""
+    agent = sqlite_agent(tmp_path / "a.sqlite")
+    agent.invoke({"messages": ("user", SECRET)}, CFG)
+    refused(lambda: L.forget(agent, "t1", ["t1.1"]), tmp_path / "a.sqlite", r"pass a list: \{'messages': \[\(role, text\)\]\}")

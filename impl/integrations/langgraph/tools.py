@@ -168,9 +168,13 @@ class MarkedTool(BaseTool):
     def __init__(self, inner: BaseTool, kind: str, result=None) -> None:
         if isinstance(inner, MarkedTool):
             raise UnseeError(f"tool {inner.name!r} is already marked {inner.kind}")
+        if not isinstance(inner, BaseTool) and callable(inner) and getattr(inner, "__doc__", None):
+            from langchain_core.tools import tool as as_tool
+
+            inner = as_tool(inner)  # a plain function, as LangGraph's docs pass tools: made a tool as they make it
         if not isinstance(inner, BaseTool):
-            raise UnseeError(f"{inner!r} is not a LangChain tool: decorate the function with "
-                             "langchain_core.tools.tool first")
+            raise UnseeError(f"{inner!r} is not a LangChain tool: give a function with a docstring, or decorate it "
+                             "with langchain_core.tools.tool")
         super().__init__(name=inner.name, description=inner.description, args_schema=inner.args_schema,
                          inner=inner, kind=kind, result=result,
                          metadata={**(inner.metadata or {}), "unsee": kind})
@@ -275,16 +279,18 @@ def _named(out, call_id: str):
     return out
 
 
-def read_only(tool: BaseTool) -> MarkedTool:
+def read_only(tool) -> MarkedTool:
     """Mark a tool read-only: it changes nothing outside the agent, so a replay may serve or re-run it.
-    Usable as a decorator under `@tool`."""
+    A LangChain tool, or a plain function with a docstring (made a tool as `create_agent` makes one).
+    Usable as a decorator."""
     return MarkedTool(tool, READ_ONLY)
 
 
 def consequential(tool: BaseTool | None = None, *, result: Callable[..., str] | None = None):
     """Mark a tool consequential: its calls are side effects, recorded in the world ledger and never
     fired by a replay. `result(**args)`: the text a replay answers a call the world never committed
-    with (the tool's own result where it is a function of the arguments). Usable as a decorator."""
+    with (the tool's own result where it is a function of the arguments). A LangChain tool or a
+    plain function with a docstring. Usable as a decorator."""
     if tool is None:
         return lambda t: MarkedTool(t, CONSEQUENTIAL, result)
     return MarkedTool(tool, CONSEQUENTIAL, result)
