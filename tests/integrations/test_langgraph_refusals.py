@@ -285,3 +285,31 @@ def test_a_bare_tuple_as_the_messages_value_is_refused_with_what_to_pass(tmp_pat
     agent = sqlite_agent(tmp_path / "a.sqlite")
     agent.invoke({"messages": ("user", SECRET)}, CFG)
     refused(lambda: L.forget(agent, "t1", ["t1.1"]), tmp_path / "a.sqlite", r"pass a list: \{'messages': \[\(role, text\)\]\}")
+
+
+@pytest.mark.parametrize("saver", ["sqlite", "memory"])
+def test_a_replay_that_fails_leaves_the_thread_as_it_was(saver, tmp_path):
+    """The model fails halfway through the replay: the forget raises, the branch it had written is
+    taken back out, and the thread's checkpoints are the ones it had; a later forget works."""
+    down = {"now": False}
+
+    class Flaky(Scripted):
+        def _generate(self, messages, stop=None, run_manager=None, **kw):
+            if down["now"] and "thanks" in messages[-1].text:
+                raise RuntimeError("the model is down")
+            return super()._generate(messages, stop, run_manager, **kw)
+
+    store = InMemorySaver() if saver == "memory" else SqliteSaver(sqlite3.connect(str(tmp_path / "a.sqlite"),
+                                                                                   check_same_thread=False))
+    agent = L.forgettable(create_agent(L.deterministic(Flaky()), Counted().tools, checkpointer=store))
+    for text in ["hello", SECRET, "thanks"]:
+        agent.invoke({"messages": [("user", text)]}, CFG)
+    ids = [t.config["configurable"]["checkpoint_id"] for t in store.list(CFG)]
+    values = agent.get_state(CFG).values
+    down["now"] = True
+    with pytest.raises(RuntimeError, match="the model is down"):
+        L.forget(agent, "t1", ["t2.1"])
+    assert [t.config["configurable"]["checkpoint_id"] for t in store.list(CFG)] == ids
+    assert agent.get_state(CFG).values == values
+    down["now"] = False
+    assert L.forget(agent, "t1", ["t2.1"]).transitions == 2

@@ -318,7 +318,8 @@ def forget(graph, thread_id: str, sources: Sequence[str], method: str = "B7", ch
     `checkpoint`; method "B5": R_0), replay turns c+1..T on the sanitized inputs through the same
     compiled graph, and erase the old branch. The thread's head is then the thread a fresh run on
     the inputs without the sources gives. Everything that can refuse does so before anything is
-    written. `redact_ledger`: also erase, in the world ledger, the arguments and result of each
+    written; a replay that fails takes its partial branch back out, and the thread is what it was.
+    `redact_ledger`: also erase, in the world ledger, the arguments and result of each
     fired call the twin never makes (the receipt's compensation list is then their only copy).
 
     A graph whose checkpointer is async (AsyncSqliteSaver, AsyncPostgresSaver) is forgotten with
@@ -337,6 +338,9 @@ def forget(graph, thread_id: str, sources: Sequence[str], method: str = "B7", ch
     try:
         for inp, cfg in job.steps():
             graph.invoke(inp, cfg, durability="sync")
+    except BaseException:  # the replay's partial branch leaves: the thread is what it was
+        ad.erase(thread_id, {checkpoint_id(t) for t in tuples})
+        raise
     finally:
         REPLAY.reset(token)
     rows, comp, dedup, redacted = job.ledger(redact_ledger)
@@ -364,6 +368,9 @@ async def aforget(graph, thread_id: str, sources: Sequence[str], method: str = "
     try:
         for inp, cfg in job.steps():
             await graph.ainvoke(inp, cfg, durability="sync")
+    except BaseException:
+        await ad.aerase(thread_id, {checkpoint_id(t) for t in tuples})
+        raise
     finally:
         REPLAY.reset(token)
     rows, comp, dedup, redacted = job.ledger(redact_ledger)
