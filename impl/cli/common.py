@@ -100,7 +100,8 @@ def environment_failure(e: BaseException) -> str | None:
                 "model or shorter observations")
     if isinstance(e, OSError):
         where = f"{e.filename}: " if e.filename else ""
-        return f"{where}{e.strerror or text}; check the path, its permissions and the free space"
+        return (f"{where}{e.strerror or text}; check the path, its permissions and the free space "
+                "(UNSEE_DEBUG=1 shows where it failed)")
     return None
 
 

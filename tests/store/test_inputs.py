@@ -144,7 +144,7 @@ def test_failures_of_the_machine_are_one_line_that_says_what_to_do():
     assert environment_failure(ImportError("libtorch_cpu.so: failed to map segment from shared object")) \
         .startswith("out of memory: a library could not be loaded")
     assert environment_failure(IsADirectoryError(21, "Is a directory", "x")) == \
-        "x: Is a directory; check the path, its permissions and the free space"
+        "x: Is a directory; check the path, its permissions and the free space (UNSEE_DEBUG=1 shows where it failed)"
     for line in map(environment_failure, (torch_oom, MemoryError(), PermissionError(13, "Permission denied", "y"))):
         assert "\n" not in line
     assert environment_failure(KeyError("a bug")) is None  # a bug keeps its traceback
