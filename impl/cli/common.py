@@ -181,20 +181,31 @@ def fail(e: Exception, code: int = 2) -> NoReturn:
 
 
 
+KEY_FILE = typer.Option(None, "--key-file", envvar="UNSEE_KEY_FILE", metavar="PATH",
+                        help="The key the store is sealed under (default: none, a checksum; see docs/trust.md).")
+LEDGER = typer.Option(None, "--ledger", envvar="UNSEE_LEDGER", metavar="PATH",
+                      help="The store's ledger (default: DB.ledger beside it; see docs/trust.md).")
+
+
 @contextmanager
-def opened_store(db: Path, on_sqlite_error: str = "") -> Iterator:
-    """The session store at `db`, open for the body and closed however it ends; a recovery the
-    open made is printed, and bad input, a refused store or an SQLite error ends the command
-    with one line (`on_sqlite_error` is appended to the last: what the store still holds)."""
+def opened_store(db: Path, on_sqlite_error: str = "", key: Optional[Path] = None,
+                 ledger: Optional[Path] = None) -> Iterator:
+    """The session store at `db` (sealed under `key`, anchored by `ledger`), open for the body and
+    closed however it ends; a recovery the open made is printed, and bad input, a refused store or
+    an SQLite error ends the command with one line (`on_sqlite_error` is appended to the last: what
+    the store still holds)."""
     from unsee.impl.store.sqlite import Store
     from unsee.model import UnseeError
 
     store = None
     try:
-        store = Store(db)
+        store = Store(db, key=key, ledger=ledger)
         if store.recovered:
             console.print(f"[yellow]{store.recovered}[/yellow]")
+        seen = store.recovered
         yield store
+        if store.recovered != seen:  # a recovery the body's verification made (a ledger record a crash lost)
+            console.print(f"[yellow]{store.recovered}[/yellow]")
     except (UnseeError, ValueError) as e:
         fail(e)
     except sqlite3.Error as e:

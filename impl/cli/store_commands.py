@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from unsee.impl.cli.common import (Attn, Dtype, KvPages, Method, Policy, app, args_text, console, environment_failure,
+from unsee.impl.cli.common import (KEY_FILE, LEDGER, Attn, Dtype, KvPages, Method, Policy, app, args_text, console, environment_failure,
                                    fail, opened_store, out, progress, threads_arg, threads_value, write_json)
 from unsee.impl.store.episode import MAX_REPLY, MAX_TURNS
 
@@ -47,7 +47,8 @@ def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observa
                                     "premise self-test holds here, the fastest on a long block and short forwards "
                                     "after it, measured once per model and machine (kept in the unsee cache, "
                                     "selftest/settings-*.json: delete them to measure again) and stated in the "
-                                    "output.")) -> None:
+                                    "output."),
+        key_file: Optional[Path] = KEY_FILE, ledger: Optional[Path] = LEDGER) -> None:
     """Run a session from an episode file and store it."""
     import os
     import sqlite3
@@ -91,7 +92,7 @@ def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observa
                 warnings.filterwarnings("ignore", message="tool .*: its longest arguments")
                 agent = Agent.create(db, model, config, policy.value,
                                      kv_pages=kv_pages is KvPages.keep, observations=stream,
-                                     on_step=stepped, **settings)
+                                     on_step=stepped, key=key_file, ledger=ledger, **settings)
     except (UnseeError, ValueError) as e:
         engine = sys.modules.get("unsee.impl.engine.lm")  # loaded only for a real model (torch)
         if engine is not None and isinstance(e, engine.ContextWindowError):
@@ -151,16 +152,29 @@ def _check_fit(ep, model: str, config, settings: dict) -> None:
 
 @app.command()
 def forget(db: Path = typer.Option(..., help="The session store."),
-           source: list[str] = typer.Option(..., help="Source id to forget (repeatable)."),
+           source: Optional[list[str]] = typer.Option(None, help="Source id to forget (repeatable)."),
            method: Method = typer.Option(Method.B7, help="B7 (selective replay), B5 (full reset) or B5' (full "
                                          "reset with the stored cache as a prefix cache)."),
            model: Optional[str] = typer.Option(None, help="Refuse unless the store was run on this model."),
-           json_path: Optional[Path] = typer.Option(None, "--json", help="Write the receipt here.")) -> None:
+           reapply: bool = typer.Option(False, "--reapply", help="Re-apply the forgets the store's ledger recorded "
+                                        "to a store it refuses as an older state (a restored backup, a "
+                                        "rolled-back file): forget again every stored part a tombstone names."),
+           json_path: Optional[Path] = typer.Option(None, "--json", help="Write the receipt here."),
+           key_file: Optional[Path] = KEY_FILE, ledger: Optional[Path] = LEDGER) -> None:
     """Forget sources from a stored session and write the receipt (atomically)."""
     from unsee.impl.store.agent import forget_stored
+    from unsee.impl.store.episode import normalize_source
+    from unsee.model import UnseeError
 
     method = method.value
-    with opened_store(db, "; the store holds the session as it was before this forget") as store, \
+    if reapply:
+        if source:
+            fail(UnseeError("--reapply forgets what the ledger recorded; give no --source with it"))
+        return _reapply(db, method, json_path, key_file, ledger)
+    if not source:
+        fail(UnseeError("name what to forget with --source ID (repeatable), or give --reapply"))
+    source = [normalize_source(s) for s in source]
+    with opened_store(db, "; the store holds the session as it was before this forget", key_file, ledger) as store, \
             console.status(f"forgetting {len(source)} source(s) ({method}) from {db}"):
         rt, doc = forget_stored(store, list(source), method, model=model)
     table = Table(title=f"receipt: forget {len(source)} source(s) ({method})")
@@ -185,17 +199,38 @@ def forget(db: Path = typer.Option(..., help="The session store."),
     write_json(doc, json_path)
 
 
+def _reapply(db: Path, method: str, json_path: Optional[Path], key_file, ledger) -> None:
+    from unsee.impl.store.agent import reapply
+    from unsee.model import UnseeError
+
+    try:
+        with console.status(f"re-applying the forgets the ledger of {db} recorded"):
+            done = reapply(db, key_file, ledger, method)
+    except (UnseeError, ValueError) as e:
+        fail(e)
+    if done["sources"]:
+        out.print(f"forgot again {done['forgotten']} part(s) the ledger's tombstones name, from source(s) "
+                  f"{', '.join(done['sources'])}: {db} is now the state its ledger records")
+    else:
+        out.print(f"nothing forgotten is in {db}: its ledger now records it as it is")
+    if done["steps_lost"]:
+        console.print(f"[yellow]{done['steps_lost']} step(s) the ledger recorded after this state are not in the "
+                      "store[/yellow]: they were lost with the backup and cannot be re-made")
+    write_json(done, json_path)
+
 @app.command()
 def check(db: Path = typer.Option(..., help="The session store."),
           fast: bool = typer.Option(False, "--fast", help="Verify every stored byte against its digest (K/V "
                                     "pages included) without the full reset."),
-          json_path: Optional[Path] = typer.Option(None, "--json", help="Write the report here.")) -> None:
+          json_path: Optional[Path] = typer.Option(None, "--json", help="Write the report here."),
+          key_file: Optional[Path] = KEY_FILE, ledger: Optional[Path] = LEDGER) -> None:
     """Verify the store's digests, then re-derive the state by a full reset and compare.
 
     The full reset runs from the stored log; every layer is compared."""
     from unsee.impl.store.agent import check_store
 
-    with opened_store(db) as store:
+    with opened_store(db, key=key_file, ledger=ledger) as store:
+        sealed = store.key.id
         if fast:
             doc = check_store(store, fast=True)
         else:
@@ -206,6 +241,7 @@ def check(db: Path = typer.Option(..., help="The session store."),
         bad = doc["pages_damaged"]
         out.print(f"[green]verified[/green] T={doc['T']}: every row and {doc['pages'] - len(bad)} of {doc['pages']} "
                   "K/V pages match their digests (no full reset run; `unsee check` without --fast re-derives the state)")
+        out.print(seal_statement(sealed), soft_wrap=True)
         for page in bad[:20]:
             console.print(f"  [yellow]K/V page {page['key']} (born at turn {page['born']}) fails its digest[/yellow]: "
                           "a forget recomputes it from the verified tokens")
@@ -228,17 +264,20 @@ def show(db: Path = typer.Option(..., help="The session store."),
          source: Optional[list[str]] = typer.Option(None, help="Mark what a forget of this source would touch "
                                                    "(repeatable): its artifacts, τ, I(z) and the checkpoint."),
          graph: Optional[Path] = typer.Option(None, help="Draw the provenance graph here (.png or .svg)."),
-         json_path: Optional[Path] = typer.Option(None, "--json", help="Write the decoded session here.")) -> None:
+         json_path: Optional[Path] = typer.Option(None, "--json", help="Write the decoded session here."),
+         key_file: Optional[Path] = KEY_FILE, ledger: Optional[Path] = LEDGER) -> None:
     """The stored session as a person reads it, decoded to text.
 
     Each turn's observation with its source ids, the model's replies, memory, summaries, tool
     calls, side effects and receipts."""
+    from unsee.impl.store.episode import normalize_source
     from unsee.impl.store.show import compensation_text, draw_graph, forget_plan, session_view
     from unsee.model import UnseeError
 
     if graph is not None and graph.suffix not in (".png", ".svg"):
         fail(UnseeError(f"--graph takes a .png or .svg path, got {graph}"))
-    with opened_store(db) as store:
+    source = [normalize_source(s) for s in source or ()]
+    with opened_store(db, key=key_file, ledger=ledger) as store:
         doc = session_view(store)
         if source:
             doc["forget_plan"] = forget_plan(store, list(source))
@@ -298,3 +337,50 @@ def demo(model: str = typer.Option("smollm2", help="Model to run the story on.")
     write_json(doc, json_path)
     if not (doc["exact"] and doc["optimal"]):
         raise typer.Exit(1)
+
+
+def seal_statement(sealed: str) -> str:
+    """What the store's seal defends against, in one line (docs/trust.md)."""
+    if sealed.startswith("hmac-sha256:"):
+        return (f"sealed under key {sealed}: no one without the key can alter it and re-seal it unseen "
+                "(see docs/trust.md)")
+    return ("[yellow]sealed with a checksum (no key)[/yellow]: it detects accidental corruption, not a forger who can "
+            "write the file and its ledger; give --key-file (unsee key new, unsee rekey) for a seal (docs/trust.md)")
+
+
+key_app = typer.Typer(help="The keys stores are sealed under (docs/trust.md).", no_args_is_help=True)
+app.add_typer(key_app, name="key")
+
+
+@key_app.command("new")
+def key_new(path: Path = typer.Argument(..., help="Where to write the key (never overwritten; mode 0600).")) -> None:
+    """Write a new random key to PATH: give it to every store command with --key-file or UNSEE_KEY_FILE."""
+    from unsee.impl.store.keys import new_key
+    from unsee.model import UnseeError
+
+    try:
+        k = new_key(path)
+    except UnseeError as e:
+        fail(e)
+    out.print(f"wrote a new key to {path} (id {k.id}); keep it where the agent's operators cannot read it")
+
+
+@app.command()
+def rekey(db: Path = typer.Option(..., help="The session store."),
+          key_file: Optional[Path] = typer.Option(None, "--key-file", metavar="PATH",
+                                                  help="The key it is sealed under now (none: a checksum)."),
+          new_key_file: Optional[Path] = typer.Option(None, "--new-key-file", metavar="PATH",
+                                                      help="The key to seal it under (none: a checksum)."),
+          ledger: Optional[Path] = LEDGER) -> None:
+    """Seal a store and its ledger under another key (or add a key to a store sealed with a checksum).
+
+    Everything is verified under the old key first; an interrupted rotation is finished by running
+    the same command again."""
+    from unsee.impl.store.sqlite import rekey as rekey_store
+    from unsee.model import UnseeError
+
+    try:
+        done = rekey_store(db, key_file, new_key_file, ledger)
+    except (UnseeError, ValueError) as e:
+        fail(e)
+    out.print(f"{db} and its ledger ({done['ledger']}, {done['records']} records) are now sealed as {done['seal']}")

@@ -88,28 +88,34 @@ def recovered_tombstones(store) -> list[tuple[str, str]]:
         store.meta(Meta.GENERATION, "0")) else []
 
 
-def own_journal(final: Path, journal: Path, ledger: Ledger) -> bool:
+def own_journal(final: Path, journal: Path, ledger: Ledger, opener) -> bool:
     """Would replaying this hot journal bring the store back to a state its ledger recorded? Tried on
-    a copy (store and journal in a temporary folder), so the store's bytes stay as they are."""
+    a copy (store and journal in a temporary folder): the copy, replayed, must verify row by row under
+    the store's seal and be the ledger's last state (or the save after it whose record a crash lost),
+    so the store's bytes stay as they are whatever the journal holds. `opener`: the Store class."""
     try:
         records = ledger.records()
-    except LedgerError:
+    except StoreError:
         return False
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "store"
         shutil.copyfile(final, copy)
         shutil.copyfile(journal, Path(tmp) / "store-journal")
         try:
-            con = sqlite3.connect(copy, isolation_level=None)
-            try:
-                got = dict(con.execute("SELECT key, value FROM meta WHERE key IN (?, ?, ?)",
-                                       (Meta.STORE_ID, Meta.ROOT, Meta.PREV_ROOT)))
-            finally:
-                con.close()
-        except sqlite3.DatabaseError:
+            sqlite3.connect(copy, isolation_level=None).execute("SELECT COUNT(*) FROM meta").fetchone()
+            replayed = opener(copy, key=ledger.key, ledger=ledger.path, anchored=False)
+        except (sqlite3.DatabaseError, StoreError):
             return False
+        try:
+            replayed.verify()
+            root, prev, gen, sid = (replayed.root(), replayed.meta(Meta.PREV_ROOT), replayed.generation,
+                                    replayed.meta_id)
+        except StoreError:
+            return False
+        finally:
+            replayed.close()
     last = records[-1]
-    return got.get(Meta.STORE_ID) == last.store and last.root in (got.get(Meta.ROOT), got.get(Meta.PREV_ROOT))
+    return sid == last.store and (root == last.root or (prev == last.root and gen == last.generation + 1))
 
 
 def only_creates(ledger: Ledger, store_id: str | None) -> bool:

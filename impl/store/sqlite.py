@@ -74,7 +74,7 @@ class Store:
 
     def __init__(self, path: str | Path, create: bool = False, key=None, ledger=None,
                  anchored: bool = True) -> None:
-        self.final = Path(path)
+        self.final = Path(os.path.realpath(path))  # a symlink's store: its side files and ledger are the file's
         self.path = self.final
         self.key = key_of(key)
         self.ledger = Ledger(ledger_path(self.final, ledger), self.key)
@@ -193,7 +193,7 @@ class Store:
                                     "written to the store")
         journal = Path(str(self.final) + "-journal")
         if journal.exists() and journal.stat().st_size > 0 and not anchor.own_journal(self.final, journal,
-                                                                                       self.ledger):
+                                                                                       self.ledger, Store):
             raise SideFileError(f"{journal} is a rollback journal that does not belong to {self.final} (replaying it "
                                 "would not bring the store back to a state its ledger recorded). Remove it; "
                                 "nothing was written to the store")
@@ -255,11 +255,12 @@ class Store:
                 return
             try:
                 pending = json.loads(marker.read_text())
-                what = f"{pending['method']}, started {pending['started']}"
+                what, root = f"{pending['method']}, started {pending['started']}", pending.get("root")
             except (ValueError, KeyError, OSError):
-                what = "of unknown kind"
-            self.recovered = (f"an interrupted forget ({what}) was rolled back: the store holds the state "
-                              "before it")
+                what, root = "of unknown kind", self.root()
+            self.recovered = (f"an interrupted forget ({what}) was rolled back: the store holds the state before it"
+                              if root == self.root() else f"an interrupted forget ({what}) had committed before its "
+                              "process died: the store holds its result")
             marker.unlink(missing_ok=True)
 
     def _point(self, name: str) -> None:
@@ -282,7 +283,8 @@ class Store:
         one is reported on the next open."""
         with self.writer():
             marker = Path(str(self.final) + INTENT)
-            marker.write_text(json.dumps({"method": method, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}))
+            marker.write_text(json.dumps({"method": method, "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                                          "root": self.root()}))
             try:
                 yield self
             finally:  # done or failed cleanly: nothing to report on the next open (a crash leaves it)
