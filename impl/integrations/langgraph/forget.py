@@ -39,7 +39,7 @@ from unsee.impl.integrations.langgraph.history import (
     aall_checkpoints, alineage, all_checkpoints, check_history, checkpoint_id, config_at, lineage,
 )
 from unsee.impl.integrations.langgraph.inputs import (
-    ThreadInputs, messages_in, messages_of, part_text, provenance_ids, read_inputs,
+    ThreadInputs, messages_in, messages_of, part_text, provenance_ids, read_inputs, tag_of,
 )
 from unsee.impl.integrations.langgraph.savers import Row
 from unsee.impl.integrations.langgraph.tools import REPLAY, Replay, marked_tools, resolve
@@ -102,8 +102,9 @@ def _thread(graph, thread_id):
 
 def sources(graph, thread_id: str) -> list[dict]:
     """Every part of a thread's inputs, in order: {"source", "turn", "kind", "tagged", "text"}
-    ("tagged": the input carried the id; else it is the part's place, `t<turn>.<k>`, which a
-    forget of an earlier part of the same turn renumbers, so read the list again after one)."""
+    ("tagged": the message carried its id; else the id is its place, `t<turn>.<k>`, which a
+    forget of an earlier part of the same turn renumbers, so read the list again after one; or,
+    for a RemoveMessage, the source of the input it removes). "text": its first 80 characters."""
     return _listing(_thread(graph, thread_id))
 
 
@@ -115,9 +116,9 @@ async def asources(graph, thread_id: str) -> list[dict]:
 def _listing(th: ThreadInputs) -> list[dict]:
     out = []
     for t, ms, ss in zip(th.turns, th.messages, th.sources):
-        for k, (m, s) in enumerate(zip(ms, ss), 1):
-            out.append({"source": s, "turn": t.index, "kind": kind_of(m), "tagged": s != f"t{t.index}.{k}",
-                        "text": part_text(m)[:80]})
+        for m, s in zip(ms, ss):
+            out.append({"source": s, "turn": t.index, "kind": kind_of(m),
+                        "tagged": not isinstance(m, RemoveMessage) and tag_of(m) is not None, "text": part_text(m)[:80]})
     return out
 
 

@@ -41,7 +41,8 @@ def part_text(m: BaseMessage) -> str:
     return m.content if isinstance(m.content, str) else json.dumps(m.content, sort_keys=True)
 
 
-def _tag(m: BaseMessage):
+def tag_of(m: BaseMessage) -> str | None:
+    """The source id an input message carries (None: untagged)."""
     src = m.additional_kwargs.get(SOURCE)
     return src if isinstance(src, str) and src else None
 
@@ -54,7 +55,7 @@ def sources_of(messages: Sequence[BaseMessage], turn: int, removed: dict | None 
         if isinstance(m, RemoveMessage):
             out.append((removed or {}).get(m.id) or f"t{turn}.{k}")
         else:
-            out.append(_tag(m) or f"t{turn}.{k}")
+            out.append(tag_of(m) or f"t{turn}.{k}")
     return out
 
 
