@@ -15,7 +15,9 @@ from typing import Callable
 from hypothesis import HealthCheck, Phase, event, given, reporting, settings
 from hypothesis import seed as hyp_seed
 
+from unsee.specs import erasure as E
 from unsee.specs import oracle
+from unsee.specs import persistence as P
 from unsee.specs import statements as S
 from unsee.specs.protocol import call, checked
 from unsee.specs.strategies import TARGETS, configs, observation_code, programs
@@ -29,6 +31,11 @@ class Tally:
     optimal_invocations: int = 0
     coverage: Counter = field(default_factory=Counter)
     events: bool = True  # also a Hypothesis event (only inside a Hypothesis test)
+    seal_checks: int = 0  # databases edited column by column (`check_seal`)
+    columns: Counter = field(default_factory=Counter)  # (table, column) → edits refused
+    schema: set = field(default_factory=set)  # every (table, column) of the databases seen
+    persists: bool = False  # the runtime offers `persisted_files()`
+    fires: bool = False  # the runtime fired a side effect before some forget
 
     def note(self, name: str) -> None:
         self.coverage[name] += 1
@@ -68,6 +75,19 @@ def coverage_of(ob: S.Observed, tally: Tally, method: str = "B7") -> None:
         tally.note("checkpoint forced")
     if r.compensation:
         tally.note("side effect the twin does not make as committed: compensation listed")
+    for turn, name in ((ob.tau - 1, "tau-1"), (ob.tau, "tau"), (ob.tau + 1, "tau+1")):
+        if any(e.turn == turn for e in ob.world_before):
+            tally.note(f"side effect committed at {name}")
+    if ob.world_before:
+        tally.fires = True
+    c = r.checkpoint
+    z = set(ob.sources)
+    if any(p.source in z and p.instead_of for o in ob.stream[:c] for p in o.parts):
+        tally.note("hidden part of the target in the prefix kept by the splice")
+    if ob.persisted_after is not None:
+        tally.persists = True
+        if ob.erasure_checked:
+            tally.note("forgotten bytes persisted before the forget")
     if (r.given or {}).get("tokens_rematerialized"):
         tally.note("cache re-materialized (not resident)")
 
@@ -136,7 +156,6 @@ def check_forget(factory, observations, sources, tally: Tally, method: str = "B7
               f"forget({list(sources)!r}, method={method!r}, checkpoint={checkpoint!r})",
               "a fresh runtime driven over the same log")
     tally.forgets += 1
-    coverage_of(ob, tally, method)
     errors: list[AssertionError] = []
     for spec in S.FORGET_STATEMENTS:
         try:
@@ -148,6 +167,7 @@ def check_forget(factory, observations, sources, tally: Tally, method: str = "B7
             tally.exact += 1
         if spec is S.corollary1_optimal_invocations:
             tally.optimal_invocations += 1
+    coverage_of(ob, tally, method)  # after the statements: the erasure statement counts what it judged
     if errors:
         raise errors[0]
     return ob
@@ -157,7 +177,7 @@ def check_forget(factory, observations, sources, tally: Tally, method: str = "B7
 # observed step by step, so Lemmas 1 and 2 are checked on the fresh observation only)
 LIVE_STATEMENTS = (S.theorem1_splicing_equivalence, S.protocol_reports_the_twin, S.corollary1_optimal_invocations,
                    S.assumption_a2_sanitized_stream, S.assumption_a3_side_effects,
-                   S.privacy_nothing_forgotten_remains)
+                   S.privacy_nothing_forgotten_remains, E.erasure_nothing_forgotten_is_persisted)
 
 
 def check_log(rt, log, where: str) -> None:
@@ -212,17 +232,39 @@ def forget_live(rt, factory, log, chosen, tally: Tally, method: str = "B7", chec
     forgotten = tuple(dict.fromkeys(tuple(forgotten) + S.forgotten_parts(log, chosen)))
     live = S.Observed(tuple(log), tuple(chosen), ob.tau, twin=ob.twin, twin_invocations=ob.twin_invocations,
                       twin_world=ob.twin_world, twin_graph=ob.twin_graph, twin_log=ob.twin_log,
-                      twin_layers=ob.twin_layers, forgotten=forgotten, policy=policy,
-                      forced=0 if method == "B5" else checkpoint)
+                      twin_layers=ob.twin_layers, twin_persisted=ob.twin_persisted, forgotten=forgotten,
+                      policy=policy, forced=0 if method == "B5" else checkpoint)
     S.record_forget(rt, live, method, checkpoint)
-    for spec in LIVE_STATEMENTS:
-        try:
+    try:
+        for spec in LIVE_STATEMENTS:
             spec(live)
-        except S.SpecViolation as e:
-            raise type(e)(f"{e} [the live runtime, forget at {where}]") from None
+        check_seal(rt, tally)
+    except S.SpecViolation as e:
+        raise type(e)(f"{e} [the live runtime, forget at {where}]") from None
     log = list(oracle.counterfactual(log, chosen))
     check_log(rt, log, f"after the forget at {where}")
     return log, forgotten
+
+
+# Databases edited column by column in one run: at least this many, and more (up to the most) while
+# a table with rows has a column no edit reached yet (a side-effect ledger fills only once a call fires)
+SEAL_CHECKS, SEAL_CHECKS_MOST = 3, 20
+
+
+def check_seal(rt, tally: Tally) -> None:
+    """The seal obligation on the live runtime's database, where it offers one: each column of one row
+    of each table edited in a copy, each edit refused (`E.integrity_every_persisted_column_is_sealed`)."""
+    database = P.persisted_database(rt)
+    if database is None:
+        return
+    every, filled = E.columns_with_rows(database)
+    tally.schema |= every
+    if tally.seal_checks >= SEAL_CHECKS and (tally.seal_checks >= SEAL_CHECKS_MOST or filled <= set(tally.columns)):
+        return
+    edited = E.integrity_every_persisted_column_is_sealed(database, lambda path: P.accepts(rt, path),
+                                                          pick=tally.seal_checks)
+    tally.seal_checks += 1
+    tally.columns.update(edited)
 
 
 # Placements a run must reach to vouch for a runtime: the kit's coverage line gives the share
@@ -238,6 +280,18 @@ TARGETS_COVERED = (
     "z1, then z2, then z1 again",
     "several targets with different tau",
 )
+# ... and, for a runtime that fires side effects, the compensation rule at its boundaries; for one that
+# persists, a forget whose forgotten bytes were persisted before it (else the erasure check is vacuous)
+SIDE_EFFECT_TARGETS = ("side effect committed at tau-1", "side effect committed at tau",
+                       "side effect committed at tau+1")
+PERSISTENCE_TARGETS = ("forgotten bytes persisted before the forget",
+                       "hidden part of the target in the prefix kept by the splice")
+
+
+def targets_for(tally: Tally) -> tuple[str, ...]:
+    """The coverage targets that apply to the runtime a run drove."""
+    return (TARGETS_COVERED + (SIDE_EFFECT_TARGETS if tally.fires else ())
+            + (PERSISTENCE_TARGETS if tally.persists else ()))
 
 
 def note_placement(log, chosen, history, policy, tally: Tally) -> None:
@@ -322,7 +376,11 @@ def verify(factory_for: Callable[[dict], Callable], examples: int = 100, seed: i
         "coverage": dict(sorted(tally.coverage.items())),
         "shrinking_stopped_after_s": shrink_seconds if stopped else None,
         "targets": {k: {"forgets": tally.coverage.get(k, 0), "share": round(tally.coverage.get(k, 0) / forgets, 3)}
-                    for k in TARGETS_COVERED},
+                    for k in targets_for(tally)},
+        "seal": None if not tally.schema else {
+            "databases_edited": tally.seal_checks, "columns": len(tally.schema),
+            "refused": sorted(f"{t}.{c}" for t, c in tally.columns),
+            "never_edited": sorted(f"{t}.{c}" for t, c in tally.schema - set(tally.columns))},
         "seconds": round(time.perf_counter() - t0, 2),
     }
 

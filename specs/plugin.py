@@ -98,3 +98,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     targets = ", ".join(f"{k}: {v['forgets']} ({v['share']:.0%})" for k, v in doc.get("targets", {}).items())
     if targets:
         terminalreporter.write_line(f"unsee kit: coverage targets, forgets that hit each (share of all forgets): {targets}")
+    seal = doc.get("seal")
+    if seal:
+        never = ", ".join(seal["never_edited"]) or "none"
+        terminalreporter.write_line(f"unsee kit: seal: {seal['databases_edited']} databases edited column by column, "
+                                    f"{len(seal['refused'])} of {seal['columns']} columns edited and refused; never "
+                                    f"edited (their tables held no row): {never}")

@@ -18,6 +18,8 @@ A runtime is a mutable object holding one session:
 - `trajectory()` (optional)   after a forget, the digests of R̃_c..R̃_T;
 - `layers()` (optional)       layer name → the texts the runtime holds there.
 
+What it persists (optional): the hooks of `unsee.specs.persistence`, through `Checked.hook`.
+
 Records (a receipt, a world entry, a compensation entry) may be objects with attributes or
 mappings with the same keys: `Checked` reads either into the kit's own frozen dataclasses
 below, and checks every field. A value that breaks the protocol stops the run with
@@ -163,7 +165,7 @@ def _is_int(x) -> bool:
     return isinstance(x, Integral) and not isinstance(x, bool)
 
 
-def _kind(x) -> str:
+def kind_of(x) -> str:
     """How a message names a value: its type, and its text when that says more."""
     if x is None:
         return "None"
@@ -188,7 +190,7 @@ def _read(value, spec: dict, name: str, at: Boundary) -> dict:
     """The fields of `spec` from a record, with every required one present."""
     # a scalar or a bare sequence is no record; a named tuple (it has `_asdict`) is
     if value is None or (isinstance(value, (str, bytes, int, float, list, tuple)) and not hasattr(value, "_asdict")):
-        raise at.fail(f"{name} as {_kind(value)}", f"{name} is an object with attributes or a mapping with the keys "
+        raise at.fail(f"{name} as {kind_of(value)}", f"{name} is an object with attributes or a mapping with the keys "
                       f"{', '.join(k for k, (req, _) in spec.items() if req)}", f"return one ({GUIDE})")
     got = _record_fields(value) or {}
     for k in spec:  # attributes a class computes (properties) are read too
@@ -203,14 +205,14 @@ def _read(value, spec: dict, name: str, at: Boundary) -> dict:
 
 def _int(x, field: str, name: str, at: Boundary, low: int = 0) -> int:
     if not _is_int(x) or x < low:
-        raise at.fail(f"{name} with `{field}` = {_kind(x)}", f"`{field}` is an int ≥ {low}",
+        raise at.fail(f"{name} with `{field}` = {kind_of(x)}", f"`{field}` is an int ≥ {low}",
                       f"give `{field}` as a whole number ({GUIDE})")
     return int(x)
 
 
 def _str(x, field: str, name: str, at: Boundary) -> str:
     if not isinstance(x, str):
-        raise at.fail(f"{name} with `{field}` = {_kind(x)}", f"`{field}` is a str", f"give `{field}` as a str ({GUIDE})")
+        raise at.fail(f"{name} with `{field}` = {kind_of(x)}", f"`{field}` is a str", f"give `{field}` as a str ({GUIDE})")
     return x
 
 
@@ -220,13 +222,13 @@ def _json(x, field: str, name: str, at: Boundary, none: bool = False):
     try:
         return plain(x)
     except (TypeError, ValueError) as e:
-        raise at.fail(f"{name} with `{field}` = {_kind(x)}", f"`{field}` is a JSON value ({e})",
+        raise at.fail(f"{name} with `{field}` = {kind_of(x)}", f"`{field}` is a JSON value ({e})",
                       f"give the arguments as dicts, lists, str, numbers, bools or None ({GUIDE})") from None
 
 
-def _seq(x, what: str, at: Boundary, of: str) -> list:
+def read_list(x, what: str, at: Boundary, of: str) -> list:
     if isinstance(x, (str, bytes, Mapping)) or not hasattr(x, "__iter__"):  # whatever the runtime returned
-        raise at.fail(f"{what} as {_kind(x)}", f"{what} is a list (or tuple) of {of}", f"return a list ({GUIDE})")
+        raise at.fail(f"{what} as {kind_of(x)}", f"{what} is a list (or tuple) of {of}", f"return a list ({GUIDE})")
     return list(x)
 
 
@@ -237,7 +239,7 @@ def read_world_entry(value, at: Boundary, name: str = "a world entry") -> WorldE
 
 
 def read_world(value, at: Boundary) -> tuple[WorldEntry, ...]:
-    items = _seq(value, "the world ledger", at, "world entries (call_id, tool, args, turn)")
+    items = read_list(value, "the world ledger", at, "world entries (call_id, tool, args, turn)")
     return tuple(read_world_entry(x, at, f"world entry {i}") for i, x in enumerate(items))
 
 
@@ -253,21 +255,21 @@ def read_compensation_entry(value, at: Boundary, name: str = "a compensation ent
 
 
 def read_observations(value, at: Boundary, what: str) -> tuple[Observation, ...]:
-    items = _seq(value, what, at, "unsee.model.Observation")
+    items = read_list(value, what, at, "unsee.model.Observation")
     for i, o in enumerate(items):
         if not isinstance(o, Observation):
-            raise at.fail(f"{what} with item {i} as {_kind(o)}", "each is an unsee.model.Observation",
+            raise at.fail(f"{what} with item {i} as {kind_of(o)}", "each is an unsee.model.Observation",
                           "keep the Observation objects step() was given, or `obs.without(sources)` of them")
     return tuple(items)
 
 
 def read_digests(value, at: Boundary, what: str = "digests") -> dict[str, str]:
     if not isinstance(value, Mapping) or not value:
-        raise at.fail(f"{what} as {_kind(value)}", f"{what} is a non-empty mapping layer name → digest string",
+        raise at.fail(f"{what} as {kind_of(value)}", f"{what} is a non-empty mapping layer name → digest string",
                       "return one str per layer of the state, e.g. {'transcript': ..., 'kv': ...}")
     for k, v in value.items():
         if not isinstance(k, str) or not isinstance(v, str):
-            raise at.fail(f"{what} with {k!r}: {_kind(v)}", "each layer name and each digest is a str",
+            raise at.fail(f"{what} with {k!r}: {kind_of(v)}", "each layer name and each digest is a str",
                           "hash each layer to a str (e.g. a hex digest)")
     return dict(value)
 
@@ -275,16 +277,16 @@ def read_digests(value, at: Boundary, what: str = "digests") -> dict[str, str]:
 def read_receipt(value, at: Boundary) -> Receipt:
     name = "a receipt"
     d = _read(value, RECEIPT, name, at)
-    comp = _seq(d["compensation"], "the receipt's compensation", at, "compensation entries")
+    comp = read_list(d["compensation"], "the receipt's compensation", at, "compensation entries")
     opt = {k: d.get(k) for k in RECEIPT if not RECEIPT[k][0]}
     if opt["method"] is not None:
         _str(opt["method"], "method", name, at)
     for k in ("sources", "deduplicated"):
         if opt[k] is not None:
-            opt[k] = tuple(_str(x, k, name, at) for x in _seq(opt[k], f"the receipt's {k}", at, "str"))
+            opt[k] = tuple(_str(x, k, name, at) for x in read_list(opt[k], f"the receipt's {k}", at, "str"))
     if opt["taint"] is not None:
         try:
-            opt["taint"] = frozenset(_seq(opt["taint"], "the receipt's taint", at, "node ids"))
+            opt["taint"] = frozenset(read_list(opt["taint"], "the receipt's taint", at, "node ids"))
         except TypeError:
             raise at.fail("a receipt whose `taint` holds an unhashable id", "`taint` holds node ids of graph()",
                           "give the ids of the nodes, not the nodes' data") from None
@@ -301,7 +303,7 @@ def read_graph(value, at: Boundary):
     import networkx as nx
 
     if not isinstance(value, nx.DiGraph):
-        raise at.fail(f"a graph as {_kind(value)}", "graph() returns a networkx.DiGraph (edges point from an input "
+        raise at.fail(f"a graph as {kind_of(value)}", "graph() returns a networkx.DiGraph (edges point from an input "
                       "to what was made from it)", "build an nx.DiGraph() and add_node/add_edge on it")
     g = nx.DiGraph()
     for n, data in value.nodes(data=True):
@@ -312,7 +314,7 @@ def read_graph(value, at: Boundary):
         d = _read(data, NODE, name, at)
         ids = d["source_ids"]
         if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):  # whatever the runtime stored
-            raise at.fail(f"{name} with `source_ids` = {_kind(ids)}", "`source_ids` is a set of str",
+            raise at.fail(f"{name} with `source_ids` = {kind_of(ids)}", "`source_ids` is a set of str",
                           "give a set, e.g. {'z1'} or set()")
         g.add_node(n, **{**d, "type": _str(d["type"], "type", name, at), "turn": _int(d["turn"], "turn", name, at),
                          "source_ids": frozenset(_str(s, "source_ids", name, at) for s in ids)})
@@ -321,15 +323,15 @@ def read_graph(value, at: Boundary):
 
 
 def read_checkpoints(value, at: Boundary) -> tuple[int, ...]:
-    items = _seq(value, "the checkpoints", at, "boundaries (int ≥ 0)")
+    items = read_list(value, "the checkpoints", at, "boundaries (int ≥ 0)")
     return tuple(_int(b, "checkpoints", "checkpoints", at) for b in items)
 
 
 def read_layers(value, at: Boundary) -> dict[str, list[str]]:
     if not isinstance(value, Mapping):
-        raise at.fail(f"layers as {_kind(value)}", "layers() returns a mapping layer name → list of texts",
+        raise at.fail(f"layers as {kind_of(value)}", "layers() returns a mapping layer name → list of texts",
                       "return e.g. {'transcript': [...], 'memory': [...]}")
-    return {str(k): [str(x) for x in _seq(v, f"layer {k!r}", at, "texts")] for k, v in value.items()}
+    return {str(k): [str(x) for x in read_list(v, f"layer {k!r}", at, "texts")] for k, v in value.items()}
 
 
 # --- the runtime, checked ------------------------------------------------------------------------------
@@ -407,7 +409,7 @@ class Checked:
             return None
         value, at = self._call(self.runtime.trajectory, "rt.trajectory()")
         return [read_digests(d, at, f"trajectory()[{i}]")
-                for i, d in enumerate(_seq(value, "trajectory()", at, "digests"))]
+                for i, d in enumerate(read_list(value, "trajectory()", at, "digests"))]
 
     def layers(self) -> dict[str, list[str]] | None:
         """layer → texts, or None for a runtime without `layers()`."""
@@ -415,6 +417,15 @@ class Checked:
             return None
         value, at = self._call(self.runtime.layers, "rt.layers()")
         return read_layers(value, at)
+
+    def hook(self, name: str, read, *args):
+        """An optional hook `name(*args)` (`unsee.specs.persistence`): None for a runtime without it,
+        else its value as `read(value, at)` returns it."""
+        if not self.offers(name):
+            return None
+        value, at = self._call(lambda: getattr(self.runtime, name)(*args),
+                               f"rt.{name}({', '.join(map(repr, args))})")
+        return read(value, at)
 
     @property
     def invocations(self) -> int:

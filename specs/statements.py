@@ -19,6 +19,8 @@ from typing import Any, Sequence
 
 from unsee.model.state import Observation
 from unsee.specs import oracle
+from unsee.specs import persistence as P
+from unsee.specs.erasure import erasure_nothing_forgotten_is_persisted
 from unsee.specs.protocol import Receipt, RuntimeFactory, SpecViolation, checked, plain
 
 
@@ -63,6 +65,14 @@ class Observed:
     forgotten: tuple = ()  # (source, text) of every part forgotten so far, this forget's included
     layers_after: dict | None = None  # the runtime's optional `layers()` after the forget
     twin_layers: dict | None = None
+    # what the runtime persists (the optional persistence hooks; None without them)
+    persisted_before: dict | None = None  # file name → bytes, just before the forget
+    persisted_after: dict | None = None  # the same, after it
+    twin_persisted: dict | None = None  # the twin's files after T steps
+    persisted_log_before: tuple | None = None  # the log read back from them, before and after
+    persisted_log_after: tuple | None = None
+    secrets: tuple | None = None  # `persisted_secrets(sources)`, asked before the forget
+    erasure_checked: int = 0  # byte runs the erasure statement found persisted before and judged after
 
     @property
     def T(self) -> int:
@@ -118,6 +128,7 @@ def record_twin(ob: Observed, twin, stream) -> None:
     ob.twin_graph = twin.graph()
     ob.twin_log = twin.observations
     ob.twin_layers = twin.layers()
+    ob.twin_persisted = P.persisted_files(twin)
 
 
 def record_forget(rt, ob: Observed, method: str = "B7", checkpoint: int | None = None) -> None:
@@ -127,6 +138,9 @@ def record_forget(rt, ob: Observed, method: str = "B7", checkpoint: int | None =
     ob.checkpoints = rt.checkpoints
     ob.world_before = rt.world
     ob.graph_before = rt.graph()
+    ob.persisted_before = P.persisted_files(rt)
+    ob.persisted_log_before = P.persisted_log(rt)
+    ob.secrets = P.persisted_secrets(rt, ob.sources)
     before = rt.invocations
     ob.receipt = rt.forget(list(ob.sources), method=method, checkpoint=checkpoint)
     ob.invocations_delta = rt.invocations - before
@@ -136,6 +150,8 @@ def record_forget(rt, ob: Observed, method: str = "B7", checkpoint: int | None =
     ob.graph_after = rt.graph()
     ob.log_after = rt.observations
     ob.layers_after = rt.layers()
+    ob.persisted_after = P.persisted_files(rt)
+    ob.persisted_log_after = P.persisted_log(rt)
 
 
 def graph_rows(g) -> tuple[set, set]:
@@ -346,8 +362,9 @@ def privacy_nothing_forgotten_remains(ob: Observed) -> None:
     (the counterfactual never contained z)". After the forget no layer the runtime exposes
     holds what the twin's lacks: no part with a forgotten source id (hidden `instead_of` parts
     included) and no forgotten part's text — in the log, the graph's source ids, the receipt
-    (its replayed observations and every other field but the request's own source ids and the
-    arguments a committed call already sent, which A3 asks it to report), and
+    (its replayed observations and every other field but the request's own source ids, and of its
+    compensation entries the twin's arguments only: the arguments a committed call already sent are
+    the world's, which A3 asks it to report, and a tool's name is no data), and
     every layer of the optional `layers()` (transcript, memory, artifacts, plans, ledger,
     receipts, pages: whatever the runtime persists). Layers exposed only as digests are
     covered by Theorem 1 (equal to the twin's)."""
@@ -370,8 +387,8 @@ def privacy_nothing_forgotten_remains(ob: Observed) -> None:
             scan(f"graph node {n}'s source ids", list(d.get("source_ids", ())))
     r = ob.receipt
     for name, value in (r.given or {}).items():  # every field the runtime returned, as it returned it
-        if name == "compensation":  # what a committed call sent is the world's already: A3 asks for it
-            value = [{k: v for k, v in e.as_dict().items() if k != "committed"} for e in r.compensation]
+        if name == "compensation":  # what a committed call sent is the world's already (A3 asks for it), and a
+            value = [e.args for e in r.compensation]  # tool's name, id and reason are not data: the twin's args
         if name != "sources":
             scan(f"the receipt's {name}", _texts(value))
     for layer, texts in (ob.layers_after or {}).items():
@@ -388,6 +405,7 @@ FORGET_STATEMENTS = (
     assumption_a2_sanitized_stream,
     assumption_a3_side_effects,
     privacy_nothing_forgotten_remains,
+    erasure_nothing_forgotten_is_persisted,
 )
 
 

@@ -13,7 +13,7 @@ checkpoint), so a shrunk trace shows only what the failure needs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hypothesis import strategies as st
 
@@ -85,10 +85,30 @@ def programs(draw, max_ops: int = 10, max_steps: int = 40) -> list[tuple]:
     # second one elsewhere (a forget of both then has two different τ)
     first = draw(st.sampled_from(TARGETS))
     injected = [first] + ([t for t in TARGETS if t != first][:1] if draw(st.booleans()) else [])
+    at = []
     for z in injected:
         pos = draw(st.integers(0, len(ops)))
         ops.insert(pos, ("obs", Observation("user", (Part(z, draw(texts)),), reply=draw(st.integers(0, 3)))))
+        at = [p + (p >= pos) for p in at] + [pos]
     ops.append(("forget", draw(forgets)))
+    # Now and then a target's observation, or the one 1 or 2 before it, asks for the consequential
+    # tool (a call planned there commits at τ+1, τ or τ−1, one transition later: the boundaries of
+    # the compensation rule); or the one before it compacts; or holds a part of the target standing
+    # instead of its own first part (a value the target changed, which F does not read: a forget
+    # must drop it from the log it keeps before τ). Drawn last; 0 shrinks to none of them.
+    for pos, z in zip(at, injected):
+        k = draw(st.integers(0, 11))
+        back = {5: 0, 6: 1, 7: 2, 8: 1, 9: 1, 10: 1, 11: 2}.get(k)
+        if back is None or pos - back < 0 or ops[pos - back][0] != "obs":
+            continue
+        o = ops[pos - back][1]
+        if k == 8:
+            o = replace(o, compact=True)
+        elif k >= 9:
+            o = replace(o, parts=o.parts + (Part(z, ops[pos][1].parts[0].text, instead_of=o.parts[0].source),))
+        else:
+            o = replace(o, tool="send")
+        ops[pos - back] = ("obs", o)
     return ops
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.table import Table
 
-from unsee.impl.cli.common import Engine, app, console, out, progress, write_json
+from unsee.impl.cli.common import app, console, out, progress, write_json
 
 
 @app.command()
@@ -154,6 +155,12 @@ def _prove_code(json_path: Optional[Path], budget: float, paths: Optional[int], 
         raise typer.Exit(1)
 
 
+class VerifyEngine(str, Enum):
+    reference = "reference"
+    kv = "kv"
+    stored = "stored"
+
+
 def _reference_factory_for(cfg: dict):
     from unsee.model import Config
     from unsee.specs.reference import ReferenceRuntime
@@ -164,8 +171,11 @@ def _reference_factory_for(cfg: dict):
 
 
 @app.command()
-def verify(engine: Engine = typer.Option(Engine.reference, help="The runtime: the reference model or the KV engine."),
-           model: str = typer.Option("tiny-llama", help="With --engine kv: a model name or path."),
+def verify(engine: VerifyEngine = typer.Option(VerifyEngine.reference, help="The runtime: the reference model, the "
+                                               "KV engine, or a session store (every step and forget persisted, "
+                                               "and what it persists checked too)."),
+           model: str = typer.Option("tiny-llama", help="With --engine kv or stored: a model name or path (stored: "
+                                     "`reference` too)."),
            examples: int = typer.Option(100, help="Random sessions to generate."),
            seed: int = typer.Option(0, help="Hypothesis seed."),
            max_ops: int = typer.Option(10, help="Longest program (observations and forgets)."),
@@ -175,9 +185,14 @@ def verify(engine: Engine = typer.Option(Engine.reference, help="The runtime: th
 
     if examples < 1:
         raise typer.BadParameter("--examples must be at least 1")
-    if engine is Engine.reference:
+    if engine is VerifyEngine.reference:
         factory_for = _reference_factory_for
         label = "reference"
+    elif engine is VerifyEngine.stored:
+        from unsee.impl.store.kit import stored_factory_for
+
+        factory_for = stored_factory_for(model)
+        label = f"stored:{model}"
     else:
         from unsee.impl.engine.kv_runtime import kv_factory_for
 
@@ -203,6 +218,11 @@ def verify(engine: Engine = typer.Option(Engine.reference, help="The runtime: th
     for k, v in doc["coverage"].items():
         cov.add_row(k, str(v))
     out.print(cov)
+    if doc.get("seal"):
+        seal = doc["seal"]
+        out.print(f"seal: {seal['databases_edited']} databases edited column by column, {len(seal['refused'])} of "
+                  f"{seal['columns']} columns edited and refused; never edited (their tables held no row): "
+                  f"{', '.join(seal['never_edited']) or 'none'}")
     write_json(doc, json_path)
     if doc["failures"]:
         for f in doc["failures"]:
