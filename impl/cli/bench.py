@@ -52,6 +52,31 @@ def bench_store(T: list[int] = typer.Option([100, 200, 400, 800], "--T", help="S
         out.print(f"wrote {markdown}")
 
 
+@bench_app.command("trust")
+def bench_trust(model: str = typer.Option("smollm2", help="Model of the stored session whose steps and forget are timed."),
+                T: int = typer.Option(12, "--T", help="Session length."),
+                tau: int = typer.Option(6, help="The target's step."),
+                turns: int = typer.Option(1000, help="Saves (and ledger records) of the store whose open is timed."),
+                repeats: int = typer.Option(3, help="Opens timed (the fastest is kept)."),
+                json_path: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
+                markdown: Optional[Path] = typer.Option(None, help="Write the tables as Markdown here.")) -> None:
+    """The keyed seal and the ledger: seconds per step and per forget, and the ledger check at open."""
+    from unsee.impl.experiments.bench_trust import trust_costs
+    from unsee.impl.experiments.reports import report_markdown, trust_report
+
+    if not 1 < tau <= T or turns < 2 or repeats < 1:
+        fail(ValueError("need 1 < --tau <= --T, --turns >= 2 and --repeats >= 1"))
+    with progress() as p:
+        task = p.add_task("trust costs", total=3)
+        doc = trust_costs(model, T, tau, turns, repeats, on_part=lambda: p.advance(task))
+    items = trust_report(doc)
+    print_report(items)
+    write_json(doc, json_path)
+    if markdown is not None:
+        markdown.write_text(report_markdown("unsee bench trust", items))
+        out.print(f"wrote {markdown}")
+
+
 @bench_app.command("forget")
 def bench_forget(model: list[str] = typer.Option(["tiny-llama"], help="Model name or path (repeatable: one "
                                                   "table and one plot panel each)."),

@@ -333,3 +333,24 @@ def report_markdown(title: str, items: list) -> str:
     for x in items:
         parts.append(markdown(x) if isinstance(x, Tab) else x + "\n")
     return "\n".join(parts)
+
+
+def trust_report(doc: dict) -> list:
+    """`unsee bench trust`'s result: the seal's and the ledger's seconds per step and per forget, and
+    the open-time check of a long store."""
+    t = Tab(f"the seal and the ledger on a stored {doc['model']} session (T={doc['T']}, target at τ={doc['tau']}; "
+            "seconds; share: their sum over the wall time)",
+            ("", "seal", "wall s", "seal s", "page digests s", "ledger append s", "ledger check s", "share"))
+    for run in doc["runs"]:
+        seal = "HMAC-SHA256 (key)" if run["keyed"] else "SHA-256 (no key)"
+        for what, r in ((f"step (mean of {run['steps']})", run["step_mean"]),
+                        (f"forget ({run['forget']['transitions']} transitions)", run["forget"])):
+            t.add(what, seal, f"{r['wall_s']:.3f}", f"{r['seal_s']:.4f}", f"{r['page_digest_s']:.4f}",
+                  f"{r['append_s']:.4f}", f"{r['check_s']:.4f}", f"{100 * r['trust_share']:.2f}%")
+    o = doc["open"]
+    u = Tab(f"opening and verifying a store of {o['turns']} turns ({o['records']} ledger records; reference model; "
+            "fastest of the repeats)", ("", "seconds"))
+    u.add("open + verify, with the ledger check", f"{o['with_ledger_s']:.3f}")
+    u.add("open + verify, without it (anchored=False)", f"{o['without_ledger_s']:.3f}")
+    u.add("the ledger check", f"{o['ledger_check_s']:.3f}")
+    return [t, u]

@@ -342,3 +342,19 @@ def test_copies_with_their_ledger_are_the_same_session(tmp_path):
     copy_store(db, tmp_path / "copy.db")
     assert unsee("forget", "--db", tmp_path / "copy.db", "--source", "addr")[0] == 0
     assert unsee("check", "--db", db, "--fast")[0] == 0  # the original is untouched, and still its ledger's
+
+
+def test_bench_trust_times_each_save_and_counts_one_ledger_record_per_save():
+    """`unsee bench trust` on the reference model: one ledger record per save, a forget of T−τ+1
+    transitions, and every timed part measured (the seconds are reported, not asserted)."""
+    from unsee.impl.experiments.bench_trust import PARTS, trust_costs
+    from unsee.impl.experiments.reports import trust_report
+
+    doc = trust_costs(model="reference", T=7, tau=3, turns=12, repeats=1)
+    assert [r["keyed"] for r in doc["runs"]] == [True, False]
+    for run in doc["runs"]:
+        assert run["steps"] == 6 and run["forget"]["transitions"] == 7 - 3 + 1
+        assert run["forget"]["append_s"] > 0 and run["step_mean"]["append_s"] > 0 and run["forget"]["seal_s"] > 0
+        assert set(f"{p}_s" for p in PARTS) <= set(run["forget"])
+    assert doc["open"]["records"] == 12 and doc["open"]["turns"] == 12
+    assert len(trust_report(doc)) == 2
