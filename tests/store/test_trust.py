@@ -286,6 +286,18 @@ def test_a_store_has_one_lock_however_it_is_reached(tmp_path, how, monkeypatch):
             assert not second, f"a second writer took the lock through a {how}"
 
 
+def test_a_hard_link_finds_no_ledger_by_its_own_name_and_says_to_give_it(tmp_path):
+    """A symlink resolves to the store's own name, so its ledger is found; a hard link is another
+    name of the same file, whose default ledger (NAME.ledger) is not there: the open is refused with
+    what to do, and succeeds with the store's ledger given."""
+    db = stored(tmp_path)
+    os.link(db, tmp_path / "alias.db")
+    code, out = unsee("show", "--db", tmp_path / "alias.db")
+    assert code == 2 and "--ledger" in out and "Traceback" not in out, out
+    code, out = unsee("show", "--db", tmp_path / "alias.db", "--ledger", str(db) + ".ledger")
+    assert code == 0, out
+
+
 def test_a_forget_through_a_symlink_waits_for_a_step_through_the_real_path(tmp_path):
     db = stored(tmp_path)
     (tmp_path / "link.db").symlink_to(db)
