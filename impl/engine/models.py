@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from unsee.impl.engine.adapters import CONFIG_FILE, load_adapter, merge
 from unsee.impl.engine.templates import ChatMLTemplate, WordTemplate
 from unsee.model.errors import UnseeError
 
@@ -29,6 +30,10 @@ TINY = ("tiny-llama", "tiny-qwen2", "tiny-mistral")
 # one per organism under impl/organism/weights/ (a path, not an import: the engine sits below it).
 ORGANISMS = {name: Path(__file__).resolve().parent.parent / "organism" / "weights" / name
              for name in ("recall-tiny", "recall-tiny-2", "recall-tiny-3")}
+# Made here from a pretrained model (unsee.impl.organism.finetune): name → folder holding a LoRA adapter
+# (adapter.safetensors, adapter_config.json naming its base), merged into the base's weights at load.
+ADAPTED = {name: Path(__file__).resolve().parent.parent / "organism" / "weights" / name
+           for name in ("recall-smollm2",)}
 
 
 class UnknownModel(UnseeError, ValueError):
@@ -411,6 +416,32 @@ def from_path(path: Path, name: str, dtype=torch.float32, device=None, attn: str
     return Bundle(name, model.to(dev), ChatMLTemplate(tok), dev, dtype, cached=cached)
 
 
+def adapted(name: str, dtype=torch.float32, device=None, attn: str = "eager", folder: Path | None = None) -> Bundle:
+    """A model made here from a pretrained one: its base (`adapter_config.json` names it) with the
+    LoRA adapter merged into the weights (`adapters.merge`, exact to the bit on any machine).
+    The weights digest is the merged weights', computed afresh: a store records that."""
+    folder = folder or ADAPTED[name]
+    if not (folder / CONFIG_FILE).is_file():
+        raise UnknownModel(f"{name}: no adapter in {folder}; make it with "
+                           f"`python -m unsee.impl.organism.finetune --out {folder}` (see its model card)")
+    state, config = load_adapter(folder)
+    if config.get("base") != "smollm2":
+        raise UnknownModel(f"{name}: its adapter is for {config.get('base')!r}; only smollm2 bases load")
+    b = from_path(smollm2_path(), name, dtype, device, attn)
+    if dtype != torch.float32:  # merged in float64 from the float32 base, then rounded once to the dtype
+        b32 = from_path(smollm2_path(), name, torch.float32, device, attn)
+        merge(b32.model, state, config["alpha"], config["rank"])
+        with torch.no_grad():
+            for p32, p in zip(b32.model.parameters(), b.model.parameters()):
+                p.data = p32.data.to(dtype)
+    else:
+        merge(b.model, state, config["alpha"], config["rank"])
+    if hasattr(b.model, "unsee_weights_sha256"):  # the base's digest, from the converted-weights cache
+        del b.model.unsee_weights_sha256
+    b.cached = False
+    return b
+
+
 _CACHE: dict = {}
 
 
@@ -420,7 +451,8 @@ def forget(name: str, dtype: str = "float32", device: str | None = None, attn: s
 
 
 def load(name: str, dtype: str = "float32", device: str | None = None, attn: str = "eager") -> Bundle:
-    """tiny-llama | tiny-qwen2 | tiny-mistral | recall-tiny | recall-tiny-2 | recall-tiny-3 | smollm2 | a local folder | a .gguf file."""
+    """tiny-llama | tiny-qwen2 | tiny-mistral | recall-tiny | recall-tiny-2 | recall-tiny-3 | recall-smollm2 | smollm2 |
+    a local folder | a .gguf file."""
     key = (name, dtype, pick_device(device).type, attn)  # "cpu" and the default on a CPU machine are one load
     if key in _CACHE:
         return _CACHE[key]
@@ -434,11 +466,13 @@ def load(name: str, dtype: str = "float32", device: str | None = None, attn: str
         b = from_path(smollm2_path(), name, dt, device, attn)
     elif name in ORGANISMS:
         b = from_path(organism_path(name), name, dt, device, attn)
+    elif name in ADAPTED:
+        b = adapted(name, dt, device, attn)
     elif Path(name).exists():
         b = from_path(Path(name), name, dt, device, attn)
     else:
-        raise UnknownModel(f"unknown model {name!r}: use one of {', '.join(TINY + tuple(ORGANISMS))}, smollm2, "
-                           "a local model folder or a .gguf file")
+        known = ", ".join(TINY + tuple(ORGANISMS) + tuple(ADAPTED))
+        raise UnknownModel(f"unknown model {name!r}: use one of {known}, smollm2, a local model folder or a .gguf file")
     b.realigned = aligned(b.model)
     b.load_seconds = time.perf_counter() - started
     _CACHE[key] = b

@@ -167,6 +167,20 @@ def loss_sum(model, x, w):
     return (nll * wt.reshape(-1)).sum(), wt.sum()
 
 
+def accumulate(model, seqs, max_len: int, loss=None) -> tuple[float, int]:
+    """One optimiser step's gradients: each batch's Σ weight · NLL (`loss`, default `loss_sum`) over
+    the step's total weight, backpropagated. Returns the step's loss and its token positions."""
+    loss = loss or loss_sum
+    total = sum(sum(ws[1:]) for _, ws in seqs)
+    out, tokens = 0.0, 0
+    for x, w in batches(seqs, max(4096, max_len)):
+        tokens += int(x.numel())
+        part, _ = loss(model, x, w)
+        (part / total).backward()
+        out += float(part.detach()) / total
+    return out, tokens
+
+
 def schedule(step: int, steps: int, peak: float, warmup: int) -> float:
     if step < warmup:
         return peak * (step + 1) / warmup
@@ -220,14 +234,9 @@ def train(out: Path | None, steps: int, per_step: int = 8, minutes: float | None
         first = seed * 10**9 + base + step * per_step
         seqs = sequences(template, range(first, first + per_step), max_len, tool_share, long_share, open_ids) + \
             copy_sequences(template, copy_base + step, copy)
-        total = sum(sum(ws[1:]) for _, ws in seqs)
         opt.zero_grad(set_to_none=True)
-        loss = 0.0
-        for x, w in batches(seqs, max(4096, max_len)):
-            tokens += int(x.numel())
-            part, _ = loss_sum(model, x, w)
-            (part / total).backward()
-            loss += float(part.detach()) / total
+        loss, seen = accumulate(model, seqs, max_len)
+        tokens += seen
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(float(loss))
