@@ -13,7 +13,8 @@ from unsee.impl.cli.common import Method, app, console, fail, many, out, progres
 
 
 @app.command()
-def audit(suite: str = typer.Option("memory", help="agentdojo | agentdojo:<suite> | memory | preference"),
+def audit(suite: str = typer.Option("memory", help="agentdojo | agentdojo:<suite> | agentdojo:stratified "
+                                                 "(the four suites in turn) | memory | preference"),
           n: int = typer.Option(4, help="Episodes."),
           methods: Optional[list[str]] = typer.Option(None, "--method", "--methods", help="A method to audit "
                                                       "(repeatable; default all of B0–B9 and span)."),

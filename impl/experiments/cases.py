@@ -237,8 +237,19 @@ def cases_for(suite: str, n: int, seed: int):
         from unsee.impl.experiments.agentdojo import pairs
 
         only = suite.split(":", 1)[1] if ":" in suite else None
+        if only == "stratified":  # suite i mod 4 takes the i-th place: every prefix is as balanced as it can be
+            from unsee.impl.experiments.agentdojo import SUITES
+
+            shuffled = {}
+            for name in SUITES:
+                shuffled[name] = list(pairs(name))
+                random.Random(f"{seed}:{name}").shuffle(shuffled[name])
+            picks = [shuffled[SUITES[i % len(SUITES)]][i // len(SUITES)] for i in range(n)
+                     if i // len(SUITES) < len(shuffled[SUITES[i % len(SUITES)]])]
+            return [(PairCase("/".join(p), tuple(p)), None) for p in picks]
         all_pairs = list(pairs(only))
         rng = random.Random(seed)
         picks = rng.sample(all_pairs, min(n, len(all_pairs)))
         return [(PairCase("/".join(p), tuple(p)), None) for p in picks]
-    raise ValueError(f"unknown suite {suite!r}: agentdojo, agentdojo:<suite>, memory or preference")
+    raise ValueError(f"unknown suite {suite!r}: agentdojo, agentdojo:<suite>, agentdojo:stratified, memory or "
+                     "preference")
