@@ -630,7 +630,7 @@ TIES_OF = MappingProxyType({
     "corollary1_any_checkpoint_set": ("F", "sanitize", "first_entry", "choose_checkpoint", "restore", "replay"),
     "a1_needed": ("F",),
     "a2_needed": ("sanitize",),
-    "a3_compensation": ("replay_tools",),
+    "a3_compensation": ("replay_tools", "compensation"),
     "corollary1_splice_is_exact": (),
 })
 

@@ -337,6 +337,23 @@ def check_step() -> tuple[int, str | None]:
     return n, None
 
 
+def expected_tools(world, effects) -> tuple[list, list]:
+    """What replay_tools must return, from A3's wording: (the ids recognised as committed, the list)."""
+    by_id = {w.call_id: w for w in world}
+    dedup = [e.call_id for e in effects if (e.call_id, e.tool, e.args) in {(w.call_id, w.tool, w.args) for w in world}]
+    listed = [{"call_id": e.call_id, "tool": e.tool, "args": json.loads(e.args),
+               "committed": None if e.call_id not in by_id else json.loads(by_id[e.call_id].args),
+               "reason": "not committed" if e.call_id not in by_id else "arguments differ"}
+              for e in effects if e.call_id not in dedup]
+    return dedup, listed
+
+
+def ledgers(universe, most: int = 2):
+    """Every list of ≤ `most` entries of `universe` with distinct call ids, in every order."""
+    return [ls for k in range(most + 1) for ls in itertools.permutations(universe, k)
+            if len({e.call_id for e in ls}) == len(ls)]
+
+
 def check_replay_tools() -> tuple[int, str | None]:
     """replay_tools (A3): a counterfactual call is recognised iff a committed call has the same
     id, tool and arguments; every other one is listed for compensation with its reason and the
@@ -344,26 +361,50 @@ def check_replay_tools() -> tuple[int, str | None]:
     from unsee.model.plan import replay_tools
     from unsee.model.state import LedgerEntry
 
-    universe = [LedgerEntry(cid, tool, args, 1) for cid in ("c1", "c2") for tool in ("send", "post")
-                for args in ("[0,1]", "[1,1]")]
-    lists = [ls for k in range(3) for ls in itertools.permutations(universe, k)
-             if len({e.call_id for e in ls}) == len(ls)]
+    lists = ledgers([LedgerEntry(cid, tool, args, 1) for cid in ("c1", "c2") for tool in ("send", "post")
+                     for args in ("[0,1]", "[1,1]")])
     n = 0
     for world in lists:
-        by_id = {w.call_id: w for w in world}
         for effects in lists:
             n += 1
-            want_dedup = [e.call_id for e in effects if (e.call_id, e.tool, e.args) in
-                          {(w.call_id, w.tool, w.args) for w in world}]
-            want_list = [{"call_id": e.call_id, "tool": e.tool, "args": json.loads(e.args),
-                          "committed": None if e.call_id not in by_id else json.loads(by_id[e.call_id].args),
-                          "reason": "not committed" if e.call_id not in by_id else "arguments differ"}
-                         for e in effects if e.call_id not in want_dedup]
+            want = expected_tools(world, effects)
             got, err = _call(replay_tools, tuple(world), tuple(effects))
-            if err or (list(got[0]), list(got[1])) != (want_dedup, want_list):
+            if err or (list(got[0]), list(got[1])) != want:
                 return n, f"committed {world}, counterfactual {effects}: {err or got}, " \
-                          f"expected recognised {want_dedup}, listed {want_list}"
+                          f"expected recognised {want[0]}, listed {want[1]}"
     return n, None
+
+
+def check_compensation() -> tuple[int, str | None]:
+    """compensation (A3 at its boundary): replay_tools' list, then every call committed after the
+    splice point c (turn > c: at c+1, which is τ when c = τ−1, included) that the replay never
+    makes; a call committed at c or before is the prefix's, never listed. Every ledger of ≤ 2
+    calls committed at turns 1..3 against every replay of ≤ 2 calls, every c in 0..3."""
+    from unsee.model.plan import compensation
+    from unsee.model.state import LedgerEntry
+
+    worlds = ledgers([LedgerEntry(cid, "send", args, turn) for cid in ("c1", "c2") for args in ("[0]", "[1]")
+                      for turn in (1, 2, 3)])
+    replays = ledgers([LedgerEntry(cid, "send", args, 2) for cid in ("c1", "c2") for args in ("[0]", "[1]")])
+    n = 0
+    for world in worlds:
+        for effects in replays:
+            dedup, listed = expected_tools(world, effects)
+            made = {e.call_id for e in effects}
+            for c in range(4):
+                n += 1
+                want = listed + [{"call_id": w.call_id, "tool": w.tool, "args": None, "committed": json.loads(w.args),
+                                  "reason": "counterfactual makes no such call"}
+                                 for w in world if w.turn > c and w.call_id not in made]
+                got, err = _call(compensation, tuple(world), tuple(effects), c)
+                if err or list(got[0]) != dedup or sorted(map(_key, got[1])) != sorted(map(_key, want)):
+                    return n, f"committed {world}, replay from c={c} made {effects}: {err or got}, " \
+                              f"expected recognised {dedup}, listed {want}"
+    return n, None
+
+
+def _key(entry: dict) -> str:
+    return json.dumps(entry, sort_keys=True)
 
 
 TIES = (
@@ -404,6 +445,11 @@ TIES = (
         "other one is listed with its reason and the committed arguments (A3)",
         "every ledger of ≤ 2 calls against every list of ≤ 2 (ids c1, c2; tools send, post; two argument "
         "tuples)", check_replay_tools),
+    Tie("compensation", ("unsee.model.plan.compensation",),
+        "the compensation list is replay_tools' list and every call committed after the splice point c (turn > c, "
+        "so a call committed at τ = c+1 too) whose id the replay never makes; none committed at c or before (A3)",
+        "every ledger of ≤ 2 calls committed at turns 1..3 against every replay of ≤ 2 calls, c = 0..3",
+        check_compensation),
 )
 BY_NAME = MappingProxyType({t.name: t for t in TIES})
 

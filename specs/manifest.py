@@ -87,10 +87,11 @@ MANIFEST = (
         "statement": "Assumption A3 (no committed side effects after tau)",
         "spec": "assumption_a3_side_effects",
         "proofs": ["a3_compensation"],
-        "ties": ["replay_tools"],
+        "ties": ["replay_tools", "compensation"],
         "code": ["unsee.model.plan.replay_tools"],
         "tests": ["tests/engine/test_traces.py::test_each_rule_rejects_the_log_that_breaks_it",
-                  "tests/specs/test_statements.py::test_changed_side_effect_is_listed_for_compensation"],
+                  "tests/specs/test_statements.py::test_changed_side_effect_is_listed_for_compensation",
+                  "tests/specs/test_erasure.py::test_compensation_lists_a_call_committed_at_tau"],
     },
     {
         "statement": "Definition 1: the target is no longer accessible (no layer holds a forgotten part or its text)",
@@ -99,5 +100,15 @@ MANIFEST = (
         "code": [],
         "tests": ["tests/model/test_oracle.py::test_privacy_statement_catches_a_log_that_keeps_a_hidden_part",
                   "tests/model/test_oracle.py::test_privacy_allows_text_the_twin_holds_under_another_source"],
+    },
+    {
+        "statement": "Definition 1 on what is persisted: no byte of a forgotten part in any file the runtime keeps, "
+                     "and the log read back from them is o^-z (unsee.specs.erasure)",
+        "spec": "erasure_nothing_forgotten_is_persisted",
+        "proofs": [],
+        "code": [],
+        "tests": ["tests/store/test_erasure.py::test_the_stored_runtime_persists_no_byte_of_a_forgotten_part",
+                  "tests/store/test_erasure.py::test_erasure_catches_a_store_that_keeps_the_prefix_verbatim",
+                  "tests/specs/test_erasure.py::test_erasure_catches_a_forgotten_text_left_in_a_side_file"],
     },
 )

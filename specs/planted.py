@@ -57,7 +57,8 @@ class Layer:
 
 
 PY = sys.executable
-FAST_TESTS = ("tests/model/test_oracle.py", "tests/specs/test_statements.py", "tests/model/test_reference_machine.py")
+FAST_TESTS = ("tests/model/test_oracle.py", "tests/specs/test_statements.py", "tests/model/test_reference_machine.py",
+              "tests/specs/test_erasure.py", "tests/store/test_erasure.py", "tests/store/test_seal_coverage.py")
 
 LAYERS: tuple[Layer, ...] = (
     Layer("kit", (PY, "-m", "pytest", "--pyargs", "unsee.specs.conformance",
@@ -68,6 +69,14 @@ LAYERS: tuple[Layer, ...] = (
                          "-q", "-x")),
     Layer("prove --code", (PY, "-c", "from unsee.impl.cli import app; app()", "prove", "--code")),
     Layer("prove", (PY, "-c", "from unsee.impl.cli import app; app()", "prove")),
+    # the runtime over a session store (`unsee.impl.store.kit`): what it persists judged too (the
+    # erasure statement, the seal obligation); the kit on the reference model, `unsee verify` on
+    # tiny-llama, whose K/V pages the store keeps
+    Layer("kit stored", (PY, "-m", "pytest", "--pyargs", "unsee.specs.conformance",
+                         "--unsee-runtime=unsee.impl.store.kit:stored_reference", "-p", "no:cacheprovider", "-q",
+                         "-x")),
+    Layer("verify stored", (PY, "-c", "from unsee.impl.cli import app; app()", "verify", "--engine", "stored",
+                            "--model", "tiny-llama", "--examples", "12", "--max-ops", "6")),
 )
 
 # Layers run only when named (`--layer traces`): the KV engine's trace validation on the tiny
@@ -77,6 +86,7 @@ EXTRA_LAYERS: tuple[Layer, ...] = (
 )
 
 P, R, ST, L = "model/plan.py", "model/replay.py", "model/state.py", "impl/engine/reference.py"
+SQ, DG = "impl/store/sqlite.py", "impl/store/digests.py"
 
 BUGS: tuple[Bug, ...] = (
     # the nine of the review that asked for this matrix
@@ -132,6 +142,20 @@ BUGS: tuple[Bug, ...] = (
     Bug("without_reveals_every_instead_of", ST, "replace(p, instead_of=None) if p.instead_of in sources else p",
         "replace(p, instead_of=None) if p.instead_of is not None else p",
         "Observation.without shows every instead_of span, not only those of the forgotten sources"),
+    # beyond the state (#53): what the store persists, what its seal covers, compensation at τ
+    Bug("store_prefix_keeps_instead_of", SQ, "                    k = t - 1\n                    break",
+        "                    break", "the store keeps the log before the splice verbatim: a part of the target "
+        "standing instead of another source stays in the stored prefix (the state is right)", changes_forget=False),
+    Bug("store_keeps_pages_after_splice", SQ, '("checkpoints", "boundary"), ("pages", "born")):',
+        '("checkpoints", "boundary")):', "a forget leaves the K/V pages born after the splice point in the "
+        "store's file", changes_forget=False),
+    Bug("seal_leaves_out_a_column", DG, '"world": ("root", ("call_id", "tool", "args", "turn"), "call_id"),',
+        '"world": ("root", ("call_id", "tool", "args"), "call_id"),', "the root digest leaves out the turn "
+        "column of the side-effect ledger: an edit of it verifies", changes_forget=False),
+    Bug("compensation_misses_tau", P, "for e in world if e.turn > boundary and e.call_id not in made]",
+        "for e in world if e.turn > boundary + 1 and e.call_id not in made]", "compensation misses a call "
+        "committed at τ = c+1 that the counterfactual never makes (no session of the reference F has one: its call "
+        "at τ is planned at τ−1, as the twin's, and its arguments are always valid)", changes_forget=False),
 )
 
 

@@ -24,7 +24,7 @@ Each runtime keeps its store in a temporary folder of its own, removed with the 
 One deviation from `forget_stored`, named so that it can go: `Store.require_forgettable` refuses
 to forget a source the store forgot before, even when that source entered the session again since
 (the kit's "target re-entering after its forget"); the store here asks the stored log first
-(`_KitStore`). `tests/specs/test_erasure.py` keeps a strict xfail on the store as it is.
+(`_KitStore`). `tests/store/test_erasure.py` keeps a strict xfail on the store as it is.
 """
 
 from __future__ import annotations

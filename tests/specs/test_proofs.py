@@ -254,6 +254,16 @@ def _one_block_too_many(s, c):
     return _replace(stored, tokens=live.tokens[:end], kv=s.lm.crop(live.kv, end), env=dict(s.snapshots)[c.env_snapshot])
 
 
+def _compensation_misses_tau(world, effects, boundary):
+    from unsee.model.plan import arguments, replay_tools
+
+    dedup, comp = replay_tools(world, effects)
+    made = {e.call_id for e in effects}
+    return dedup, comp + [{"call_id": e.call_id, "tool": e.tool, "args": None, "committed": arguments(e.args),
+                           "reason": "counterfactual makes no such call"}
+                          for e in world if e.turn > boundary + 1 and e.call_id not in made]
+
+
 def _without_keeps_hidden(self, sources):
     return code.broken_sanitize(self, sources)
 
@@ -270,6 +280,7 @@ PLANTED = {  # (module attribute path, replacement, the tie that must catch it)
     "Observation.without keeps a z-sourced instead_of part": ("state.Observation.without", _without_keeps_hidden,
                                                               "sanitize"),
     "replay_tools de-duplicates by call id only": ("plan.replay_tools", code.broken_replay_tools, "replay_tools"),
+    "compensation misses a call committed at τ = c+1": ("plan.compensation", _compensation_misses_tau, "compensation"),
 }
 
 
