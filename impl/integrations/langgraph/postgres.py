@@ -13,7 +13,7 @@ an exclusive lock on each table while it rewrites it.
 
 from __future__ import annotations
 
-from unsee.impl.integrations.langgraph.savers import Adapter, Row
+from unsee.impl.integrations.langgraph.savers import Adapter, Bridged, Row
 from unsee.model.errors import UnseeError
 
 
@@ -103,7 +103,7 @@ class PostgresAdapter(Adapter):
                 "blobs_deleted": counts["checkpoint_blobs"]}
 
 
-class AsyncPostgresAdapter(PostgresAdapter):
+class AsyncPostgresAdapter(Bridged, PostgresAdapter):
     """`AsyncPostgresSaver` (psycopg async): the same statements, awaited."""
 
     is_async = True
@@ -157,18 +157,3 @@ class AsyncPostgresAdapter(PostgresAdapter):
 
     def check(self):
         return self._bridge(self.acheck(), "a forget")
-
-    def record(self, *a):
-        return self._bridge(self.arecord(*a), "a consequential call")
-
-    def rows(self, thread_id):
-        return self._bridge(self.arows(thread_id), "reading the world ledger")
-
-    def update(self, thread_id, rows):
-        return self._bridge(self.aupdate(thread_id, rows), "a forget")
-
-    def drop(self, thread_id):
-        return self._bridge(self.adrop(thread_id), "dropping the world ledger")
-
-    def erase(self, thread_id, keep):
-        return self._bridge(self.aerase(thread_id, keep), "a forget")

@@ -152,7 +152,27 @@ class SqliteAdapter(Adapter):
         return {"checkpoints_deleted": counts["checkpoints"], "writes_deleted": counts["writes"], "blobs_deleted": 0}
 
 
-class AsyncSqliteAdapter(SqliteAdapter):
+class Bridged:
+    """The sync calls of an async saver's adapter: each runs its async twin on the saver's own loop
+    (`Adapter._bridge`), so the world ledger of an async saver is usable from sync code too."""
+
+    def record(self, *a):
+        return self._bridge(self.arecord(*a), "a consequential call")
+
+    def rows(self, thread_id):
+        return self._bridge(self.arows(thread_id), "reading the world ledger")
+
+    def update(self, thread_id, rows):
+        return self._bridge(self.aupdate(thread_id, rows), "a forget")
+
+    def drop(self, thread_id):
+        return self._bridge(self.adrop(thread_id), "dropping the world ledger")
+
+    def erase(self, thread_id, keep):
+        return self._bridge(self.aerase(thread_id, keep), "a forget")
+
+
+class AsyncSqliteAdapter(Bridged, SqliteAdapter):
     """`AsyncSqliteSaver` (aiosqlite): the same file and statements, awaited."""
 
     is_async = True
@@ -229,21 +249,6 @@ class AsyncSqliteAdapter(SqliteAdapter):
             await conn.execute("VACUUM")
             await conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return {"checkpoints_deleted": counts["checkpoints"], "writes_deleted": counts["writes"], "blobs_deleted": 0}
-
-    def record(self, *a):
-        return self._bridge(self.arecord(*a), "a consequential call")
-
-    def rows(self, thread_id):
-        return self._bridge(self.arows(thread_id), "reading the world ledger")
-
-    def update(self, thread_id, rows):
-        return self._bridge(self.aupdate(thread_id, rows), "a forget")
-
-    def drop(self, thread_id):
-        return self._bridge(self.adrop(thread_id), "dropping the world ledger")
-
-    def erase(self, thread_id, keep):
-        return self._bridge(self.aerase(thread_id, keep), "a forget")
 
 
 class MemoryAdapter(Adapter):
