@@ -20,7 +20,8 @@ from unsee.impl.store.episode import MAX_REPLY, MAX_TURNS
 def run(episode: Path = typer.Argument(..., help="Episode file: one JSON observation per line."),
         db: Path = typer.Option(..., help="SQLite session store to create."),
         model: str = typer.Option("tiny-llama", help="tiny-llama | tiny-qwen2 | tiny-mistral | recall-tiny | "
-                                                    "recall-tiny-2 | recall-tiny-3 | smollm2 | reference | a path."),
+                                                    "recall-tiny-2 | recall-tiny-3 | recall-smollm2 | smollm2 | "
+                                                    "reference | a path."),
         max_new_tokens: int = typer.Option(8, min=0, max=MAX_REPLY,
                                            help="Reply length for user lines that do not say."),
         max_turns: int = typer.Option(MAX_TURNS, min=1, help="The most observations an episode may hold; a "
