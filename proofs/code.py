@@ -11,6 +11,8 @@ under a contract written from the paper's definitions (never by calling the func
   Observation.without  the same contract on the method sanitize and o^{-z} call;
   replay_tools       A3: a counterfactual call is recognised iff a committed call has the same id,
                      tool and arguments; every other one is listed for compensation;
+  compensation       A3 at the splice point c: a call committed after c (at c+1 = τ too) that the
+                     replay never makes is listed, none committed at c or before;
   taint_closure      I(z) = {a : z ⇝_G a} on the graph `provenance_graph` builds;
   choose_checkpoint  c* = argmax{c ∈ C : boundary(c) < τ}: clean, and the latest such;
   restore            restoring a checkpoint of a recorded session gives R_boundary in every
@@ -45,8 +47,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from unsee.model.plan import (Checkpoint, Witness, choose_checkpoint, locate_source, plan_forget, provenance_graph,
-                              replay_tools, suffix_closure, taint_closure)
+from unsee.model.plan import (Checkpoint, Witness, choose_checkpoint, compensation, locate_source, plan_forget,
+                              provenance_graph, replay_tools, suffix_closure, taint_closure)
 from unsee.model.replay import restore, run, sanitize
 from unsee.model.state import Artifact, Config, LedgerEntry, Observation, Part, State
 
@@ -238,6 +240,58 @@ def recognised_broken(world: tuple[tuple[int, int, int], ...], effects: tuple[tu
     post: tools_post(world, effects, __return__)
     """
     return broken_replay_tools(ledger(world), ledger(effects))
+
+
+# --- A3 at its boundary: compensation (line 8's report) -----------------------------------
+
+def committed_at(calls) -> tuple[LedgerEntry, ...]:
+    """Call k = (id, argument, turn) as a committed send c{id} with the JSON arguments [argument]."""
+    return tuple(LedgerEntry(f"c{i}", "send", json.dumps([a]), t) for i, a, t in calls)
+
+
+def compensation_pre(world, effects, c) -> bool:
+    ok = lambda calls, n: (len(calls) <= 2 and len({x[0] for x in calls}) == len(calls)  # noqa: E731
+                           and all(len(x) == n and 0 <= x[0] < 3 and 0 <= x[1] < 2 for x in calls))
+    return ok(world, 3) and ok(effects, 2) and all(1 <= x[2] <= 4 for x in world) and 0 <= c <= 3
+
+
+def compensation_post(world, effects, c, report) -> bool:
+    """A3 at the splice point c: every call committed after c (turn > c: the one at c+1, τ under the
+    every policy, included) whose id the replay never makes is listed as "counterfactual makes no
+    such call", with its committed arguments; no call committed at c or before is; and the replay's
+    own calls are recognised iff committed with the same id and arguments."""
+    dedup, listed = report
+    made = {i for i, _ in effects}
+    committed = {i: a for i, a, _ in world}
+    gone = [(d["call_id"], d["committed"]) for d in listed if d["reason"] == "counterfactual makes no such call"]
+    return (list(dedup) == [f"c{i}" for i, a in effects if committed.get(i) == a]
+            and gone == [(f"c{i}", [a]) for i, a, t in world if t > c and i not in made])
+
+
+def compensated(world: tuple[tuple[int, int, int], ...], effects: tuple[tuple[int, int], ...], c: int):
+    """
+    pre: compensation_pre(world, effects, c)
+    post: compensation_post(world, effects, c, __return__)
+    """
+    return compensation(committed_at(world), committed_at(tuple((i, a, c + 1) for i, a in effects)), c)
+
+
+def broken_compensation(world, effects, boundary: int):
+    """compensation listing the calls only the world made from c+2 on: a call committed at τ = c+1
+    that the replay never makes goes unreported (an off-by-one at the boundary)."""
+    dedup, comp = replay_tools(world, effects)
+    made = {e.call_id for e in effects}
+    return dedup, comp + [{"call_id": e.call_id, "tool": e.tool, "args": None, "committed": json.loads(e.args),
+                           "reason": "counterfactual makes no such call"}
+                          for e in world if e.turn > boundary + 1 and e.call_id not in made]
+
+
+def compensated_broken(world: tuple[tuple[int, int, int], ...], effects: tuple[tuple[int, int], ...], c: int):
+    """
+    pre: compensation_pre(world, effects, c)
+    post: compensation_post(world, effects, c, __return__)
+    """
+    return broken_compensation(committed_at(world), committed_at(tuple((i, a, c + 1) for i, a in effects)), c)
 
 
 # --- I(z): taint_closure (line 3) on small graphs ----------------------------------------
@@ -453,6 +507,10 @@ PROOFS = (
               "≤ 2 committed and ≤ 2 counterfactual calls, ids < 3 (distinct within each), 2 tools, 2 arguments",
               recognised, recognised_broken, broken_replay_tools.__doc__, 150,
               (((0, 0, 0),), ((0, 0, 1),))),
+    CodeProof("unsee.model.plan.compensation", compensation_post.__doc__,
+              "≤ 2 committed calls at turns 1..4 and ≤ 2 replayed calls, ids < 3 (distinct within each), 2 "
+              "arguments, every splice point c ≤ 3",
+              compensated, compensated_broken, broken_compensation.__doc__, 150, (((0, 0, 1),), (), 0)),
     CodeProof("unsee.model.plan.taint_closure", closure_post.__doc__,
               "every DAG on ≤ 3 artifacts, every set of parentless sources (through provenance_graph)",
               tainted, tainted_broken, broken_taint_closure.__doc__, 150,

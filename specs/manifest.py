@@ -88,7 +88,7 @@ MANIFEST = (
         "spec": "assumption_a3_side_effects",
         "proofs": ["a3_compensation"],
         "ties": ["replay_tools", "compensation"],
-        "code": ["unsee.model.plan.replay_tools"],
+        "code": ["unsee.model.plan.replay_tools", "unsee.model.plan.compensation"],
         "tests": ["tests/engine/test_traces.py::test_each_rule_rejects_the_log_that_breaks_it",
                   "tests/specs/test_statements.py::test_changed_side_effect_is_listed_for_compensation",
                   "tests/specs/test_erasure.py::test_compensation_lists_a_call_committed_at_tau"],
