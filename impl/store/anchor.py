@@ -88,6 +88,21 @@ def recovered_tombstones(store) -> list[tuple[str, str]]:
         store.meta(Meta.GENERATION, "0")) else []
 
 
+# The first bytes of a rollback journal SQLite would replay. SQLite writes a journal's header with
+# these zeroed and fills them in only once the journal is synced, before the database file is
+# written: a journal without them never had its pages reach the file, and SQLite ignores it.
+JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")
+
+
+def hot(journal: Path) -> bool:
+    """Would SQLite replay this rollback journal into its database (its header is complete)?"""
+    try:
+        with open(journal, "rb") as f:
+            return f.read(len(JOURNAL_MAGIC)) == JOURNAL_MAGIC
+    except FileNotFoundError:
+        return False
+
+
 def own_journal(final: Path, journal: Path, ledger: Ledger, opener) -> bool:
     """Would replaying this hot journal bring the store back to a state its ledger recorded? Tried on
     a copy (store and journal in a temporary folder): the copy, replayed, must verify row by row under
@@ -102,7 +117,13 @@ def own_journal(final: Path, journal: Path, ledger: Ledger, opener) -> bool:
         shutil.copyfile(final, copy)
         shutil.copyfile(journal, Path(tmp) / "store-journal")
         try:
-            sqlite3.connect(copy, isolation_level=None).execute("SELECT COUNT(*) FROM meta").fetchone()
+            con = sqlite3.connect(copy, isolation_level=None)
+            try:
+                con.execute("SELECT COUNT(*) FROM meta").fetchone()  # the first read replays a hot journal
+            finally:
+                con.close()
+            if hot(Path(tmp) / "store-journal"):  # SQLite would not replay it: not a journal of this file
+                return False
             replayed = opener(copy, key=ledger.key, ledger=ledger.path, anchored=False)
         except (sqlite3.DatabaseError, StoreError):
             return False

@@ -183,8 +183,9 @@ class Store:
 
     def _refuse_side_files(self) -> None:
         """A -wal or -shm beside the store is never unsee's (its stores use a rollback journal): SQLite
-        would replay it into the file. A hot -journal is replayed only once a copy shows it brings the
-        store back to a state its ledger recorded (`anchor.own_journal`)."""
+        would replay it into the file. A hot -journal (one SQLite would replay) is replayed only once a
+        copy shows it brings the store back to a state its ledger recorded (`anchor.own_journal`); one
+        whose header was never completed never reached the file, and SQLite leaves it be."""
         for suffix, what in SIDE.items():
             side = Path(str(self.final) + suffix)
             if side.exists():
@@ -192,11 +193,15 @@ class Store:
                                     f"database and SQLite would replay it into {self.final}. Remove it; nothing was "
                                     "written to the store")
         journal = Path(str(self.final) + "-journal")
-        if journal.exists() and journal.stat().st_size > 0 and not anchor.own_journal(self.final, journal,
-                                                                                       self.ledger, Store):
-            raise SideFileError(f"{journal} is a rollback journal that does not belong to {self.final} (replaying it "
-                                "would not bring the store back to a state its ledger recorded). Remove it; "
-                                "nothing was written to the store")
+        if not anchor.hot(journal):
+            return
+        with locking.held(self.final, wait=False) as alone:
+            # a writer holding the lock is mid-transaction: its journal is its own, SQLite replays
+            # nothing while it runs, and the journal may be gone the next moment
+            if alone and not anchor.own_journal(self.final, journal, self.ledger, Store):
+                raise SideFileError(f"{journal} is a rollback journal that does not belong to {self.final} (replaying "
+                                    "it would not bring the store back to a state its ledger recorded). Remove it; "
+                                    "nothing was written to the store")
 
     def _check_seal(self) -> None:
         """The store is sealed under the key given (or, without one, with a checksum), or refused."""

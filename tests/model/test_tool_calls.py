@@ -203,9 +203,10 @@ def test_an_episode_declares_tools_and_bad_declarations_name_the_line(tmp_path):
 def test_a_store_of_an_older_format_is_refused_with_the_command_to_re_run(tmp_path):
     from unsee.impl.store.sqlite import Store, StoreError
 
-    db = tmp_path / "old.db"
-    st_ = Store(db, create=True)
-    st_.close()
+    from unsee.impl.store.agent import Agent
+
+    db = tmp_path / "old.db"  # a store is published at its path by its first save
+    Agent.create(db, model="reference", observations=[Observation("system", (Part("s", "You help."),))]).close()
     with sqlite3.connect(db) as c:
         c.execute("UPDATE meta SET value = '3' WHERE key = 'format'")
     with pytest.raises(StoreError, match="format 3.*unsee run EPISODE"):
