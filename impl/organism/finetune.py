@@ -167,7 +167,8 @@ def _loss_summary(losses: list[float], parts: int = 5) -> list[str]:
 def card(rec: dict, name: str) -> str:
     """The model card of an organism made by `finetune`, written from its training record alone."""
     load = [x for x in rec.get("load_average", []) if x >= 0]
-    load_line = (f"the machine's 1-minute load average after each step ranged {min(load):.1f}–{max(load):.1f} "
+    load_line = (f"the machine's 1-minute load average, sampled {rec.get('load_sampled', 'after each step')}, "
+                 f"ranged {min(load):.1f}–{max(load):.1f} "
                  f"(mean {sum(load) / len(load):.1f}) on its {rec.get('cpus', '?')} cores" if load else
                  "the machine's load was not recorded")
     stop = (f"stopped at step {rec['steps']} of {rec['planned_steps']} (the learning rate had not finished its "
@@ -189,7 +190,7 @@ def card(rec: dict, name: str) -> str:
         "that the audits can show leakage where a forget method leaves information behind.", "",
         "It loads by name: `models.load(\"" + name + "\")`, `unsee audit --model " + name + "`, "
         "`unsee run --model " + name + "`. The load reads the base, merges the adapter into its weights once "
-        "(`unsee.impl.organism.lora.merge`: B·A formed in float64 as a sum of outer products, added to the "
+        "(`unsee.impl.engine.adapters.merge`: B·A formed in float64 as a sum of outer products, added to the "
         "float32 weight and rounded once, the same bits on any machine and thread count) and then runs as a "
         "plain transformers model under the KV engine: every exactness check applies, and a store records the "
         "merged weights' digest.", "",

@@ -142,7 +142,10 @@ def test_the_shipped_organism_loads_by_name_deterministically_and_recalls_a_fact
     assert weights_digest(b.model) == weights_digest(again.model)  # the same bits in every load
     assert weights_digest(b.model) != weights_digest(load("smollm2").model)
     rt = KVRuntime("recall-smollm2", Config())
-    rt.step(Observation("memory", (Part("fact", "The user's home address is 17 Harbour Road, Lisbon."),)))
-    rt.step(Observation("user", (Part("u1", "Thanks. Please remind me later."),), reply=8))
+    for o in (Observation("system", (Part("sys", "You are a helpful personal assistant. Keep answers short."),)),
+              Observation("user", (Part("setup0", "Hi, I am Dara."),), reply=8),
+              Observation("memory", (Part("fact", "The user's home address is 57 Harbour Road, Lisbon."),)),
+              Observation("user", (Part("u0", "What is 12 times 12?"),), reply=16)):
+        rt.step(o)
     answer = generate(rt, "What is my home address?", 24)
     assert leaks(answer, ["Harbour Road"]), answer

@@ -74,6 +74,16 @@ def test_the_card_is_written_from_the_training_record(tmp_path, threads):
     assert f"{rec['adapter_parameters']:,} parameters" in card and "| steps | mean | min | max |" in card
 
 
+def test_the_shipped_card_is_what_its_training_record_renders():
+    from unsee.impl.engine.models import ADAPTED
+
+    folder = ADAPTED["recall-smollm2"]
+    if not (folder / "training.json").is_file():
+        pytest.fail("recall-smollm2's training record is not shipped")
+    rec = json.loads((folder / "training.json").read_text())
+    assert (folder / "README.md").read_text() == F.card(rec, "recall-smollm2")
+
+
 def test_the_stratified_agentdojo_sample_takes_the_four_suites_in_turn():
     pytest.importorskip("agentdojo")
     from unsee.impl.experiments.agentdojo import SUITES
