@@ -20,11 +20,6 @@ verify, replay, one save from the splice point). The hooks:
   announced).
 
 Each runtime keeps its store in a temporary folder of its own, removed with the runtime.
-
-One deviation from `forget_stored`, named so that it can go: `Store.require_forgettable` refuses
-to forget a source the store forgot before, even when that source entered the session again since
-(the kit's "target re-entering after its forget"); the store here asks the stored log first
-(`_KitStore`). `tests/store/test_erasure.py` keeps a strict xfail on the store as it is.
 """
 
 from __future__ import annotations
@@ -45,18 +40,6 @@ from unsee.model.state import Config
 from unsee.specs.erasure import schema
 
 SIDE_SUFFIXES = ("-journal", "-wal", "-shm", ".ledger", ".unsee-intent", ".partial")
-
-
-class _KitStore(Store):
-    """The store, with `require_forgettable` asking whether a source is in the stored log before
-    whether it was forgotten once (see the module)."""
-
-    def require_forgettable(self, sources) -> None:
-        present = self.sources()
-        again = [s for s in sources if s in present]
-        super().require_forgettable([s for s in sources if s not in again])
-        if again:  # in the log now: forgettable whatever was forgotten before
-            return
 
 
 def _scratch() -> str | None:
@@ -103,8 +86,6 @@ class StoredRuntime:
         agent = Agent.create(path, model=self.model, config=self.config, policy=self.policy,
                              kv_pages=self.kv_pages and self.model != "reference", key=NO_KEY,
                              ledger=str(path) + ".ledger")
-        store = agent.store
-        store.__class__ = _KitStore  # the same connection and state; one method differs (see the module)
         self.agent = agent
         self._box.append(agent)
 

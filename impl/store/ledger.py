@@ -40,12 +40,18 @@ class Record:
     tombstones: tuple[tuple[str, str], ...] = ()  # (salted id digest, content digest) of each forgotten part
     time: str = ""
     seal: str = ""  # the seal's id: `sha256`, or the key's `hmac-sha256:<id>`
+    # tombstones of parts this save brought into the session again (the same source and text, entered
+    # after their forget): no longer a sign of a restored backup. Written only when there are some.
+    readmitted: tuple[tuple[str, str], ...] = ()
     mac: str = field(default="", compare=False)
 
     def body(self) -> dict:
-        return {"seq": self.seq, "store": self.store, "generation": self.generation, "kind": self.kind,
+        body = {"seq": self.seq, "store": self.store, "generation": self.generation, "kind": self.kind,
                 "root": self.root, "prev": self.prev, "tombstones": [list(t) for t in self.tombstones],
                 "time": self.time, "seal": self.seal}
+        if self.readmitted:
+            body["readmitted"] = [list(t) for t in self.readmitted]
+        return body
 
 
 def ledger_path(store_path, given=None) -> Path:
@@ -84,7 +90,8 @@ class Ledger:
                 d = json.loads(line)
                 mac = d.pop("mac")
                 rec = Record(d["seq"], d["store"], d["generation"], d["kind"], d["root"], d["prev"],
-                             tuple(tuple(t) for t in d["tombstones"]), d["time"], d["seal"], mac)
+                             tuple(tuple(t) for t in d["tombstones"]), d["time"], d["seal"],
+                             tuple(tuple(t) for t in d.get("readmitted", ())), mac)
             except (ValueError, KeyError, TypeError):
                 raise LedgerError(f"the ledger {self.path} is damaged at line {n} (not a ledger record); "
                                   "restore it from where it was copied") from None
@@ -101,13 +108,13 @@ class Ledger:
         return out
 
     def append(self, store: str, generation: int, kind: str, root: str, prev: str, tombstones=(),
-               records: list[Record] | None = None) -> Record:
+               records: list[Record] | None = None, readmitted=()) -> Record:
         """Append one record (after `records`, the ledger as last read, or as it is now) and flush it to disk."""
         if kind not in KINDS:
             raise ValueError(f"ledger record kind {kind!r} is not one of {KINDS}")
         before = records if records is not None else (self.records() if self.exists() else [])
         rec = Record(len(before), store, generation, kind, root, prev, tuple(tuple(t) for t in tombstones),
-                     time.strftime("%Y-%m-%dT%H:%M:%S%z"), self.key.id)
+                     time.strftime("%Y-%m-%dT%H:%M:%S%z"), self.key.id, tuple(tuple(t) for t in readmitted))
         mac = self._mac(before[-1].mac if before else "", rec.body())
         line = json.dumps({**rec.body(), "mac": mac}, sort_keys=True) + "\n"
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -136,5 +143,11 @@ class Ledger:
 
 
 def tombstoned(records: list[Record]) -> dict[tuple[str, str], int]:
-    """(salted id digest, content digest) → the generation of the forget that removed it."""
-    return {tuple(t): r.generation for r in records for t in r.tombstones}
+    """(salted id digest, content digest) → the generation of the forget that removed it, for each part
+    forgotten and not brought into the session again since (`Record.readmitted`)."""
+    out: dict[tuple[str, str], int] = {}
+    for r in records:
+        for t in r.readmitted:
+            out.pop(tuple(t), None)
+        out.update((tuple(t), r.generation) for t in r.tombstones)
+    return out

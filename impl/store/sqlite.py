@@ -409,7 +409,8 @@ class Store:
         nothing is written (ConcurrentChange). A failed write leaves the store as it was.
 
         Once the transaction commits, the new root is appended to the ledger (with `tombstones`, the
-        (id digest, content digest) of each part a forget removed: `tombstone`)."""
+        (id digest, content digest) of each part a forget removed: `tombstone`; and those of forgotten
+        parts the written observations bring in again: `anchor.readmitted`)."""
         prev = self.root() or ""
         try:
             root = self._save(s, model, engine, digests, receipt, since, expect)
@@ -418,7 +419,10 @@ class Store:
                              "session as it was before") from e
         kind = kind or ("forget" if receipt is not None else "create" if not prev else "step" if since == s.T - 1
                         else "save")
-        self.ledger.append(self.meta_id, int(self.meta(Meta.GENERATION)), kind, root, prev, tombstones)
+        records = self.ledger.records() if prev else None
+        readmitted = anchor.readmitted(self, records, s.observations[max(since or 0, 0):]) if records else ()
+        self.ledger.append(self.meta_id, int(self.meta(Meta.GENERATION)), kind, root, prev, tombstones, records,
+                           readmitted)
         self._point("ledger")
         self.publish()  # a new store appears at its path once its first save is complete
         return root
@@ -697,15 +701,16 @@ class Store:
         return Session(config, self.meta(Meta.POLICY), obs, states, cps, snaps, world, frozenset(), lm=lm)
 
     def require_forgettable(self, sources) -> None:
-        """Raise UnseeError, naming the source, unless every one of `sources` entered the stored
-        session and is not forgotten yet (what a forget, or `unsee show`'s plan of one, needs)."""
-        for src in sources:
-            if self.is_forgotten(src):
-                raise UnseeError(f"source {src!r} was already forgotten from {self.path}: a forget would touch nothing")
+        """Raise UnseeError, naming the source, unless every one of `sources` is in the stored session
+        (what a forget, or `unsee show`'s plan of one, needs): one forgotten before and entered again
+        since is forgettable again."""
         known = sorted(self.sources())
         for src in sources:
-            if src not in known:
-                raise UnseeError(f"source {src!r} never entered this session; known sources: {known}")
+            if src in known:
+                continue
+            if self.is_forgotten(src):
+                raise UnseeError(f"source {src!r} was already forgotten from {self.path}: a forget would touch nothing")
+            raise UnseeError(f"source {src!r} never entered this session; known sources: {known}")
 
     def is_forgotten(self, source: str) -> bool:
         return self.meta(Meta.SALT) is not None and self.target_digest(source) in json.loads(self.meta(Meta.FORGOTTEN, "[]"))
