@@ -16,9 +16,24 @@
 #      entry points come from the wheel alone;
 #   4. from a folder outside the checkout: unsee resolves inside the new environment, `unsee
 #      --help`, `unsee prove --help`, the LangGraph integration imports, the pytest plugin loads
-#      through its pytest11 entry point, and `unsee demo --model tiny-llama` runs.
+#      through its pytest11 entry point, and `unsee demo --model tiny-llama` runs;
+#   5. the tests' fast tier (`-m fast`) runs in the copy of the tree against the installed wheel:
+#      the copy has no `unsee` folder (setup.py maps model/ to unsee.model only when building), so
+#      every `unsee.*` a test imports is the wheel's; a check at the start asserts that.
+#      --no-tests leaves this step out (CI does: it runs every tier against the wheel instead, with
+#      UNSEE_WHEEL; see .ci/run).
+# --keep DIR copies the wheel into DIR.
 # Exits non-zero at the first failure.
 set -euo pipefail
+TESTS=1 KEEP=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --no-tests) TESTS=0 ;;
+    --keep) KEEP=${2:?--keep needs a folder}; shift ;;
+    *) echo "check_wheel.sh: unknown option $1 (options: --no-tests, --keep DIR)" >&2; exit 2 ;;
+  esac
+  shift
+done
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 VENV_PY=$ROOT/.venv/bin/python
@@ -33,7 +48,7 @@ mkdir -p "$SRC" "$DIST" "$OUTSIDE"
 fail() { echo "check_wheel.sh: FAILED: $*" >&2; exit 1; }
 ok() { echo "  ok  $*"; }
 
-echo "[1/4] building the wheel from the working tree ..."
+echo "[1/5] building the wheel from the working tree ..."
 git ls-files -z --cached --others --exclude-standard \
   | while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done \
   | tar --null -T - -cf - | tar -xf - -C "$SRC"
@@ -42,8 +57,11 @@ git ls-files -z --cached --others --exclude-standard \
    -w "$DIST" . ) || fail "pip wheel"
 WHEEL=$(ls "$DIST"/unsee-*.whl)
 ok "built $(basename "$WHEEL")"
+if [ -n "$KEEP" ]; then
+  mkdir -p "$KEEP" && cp "$WHEEL" "$KEEP/" && ok "copied to $KEEP/"
+fi
 
-echo "[2/4] what the wheel holds ..."
+echo "[2/5] what the wheel holds ..."
 "$VENV_PY" - "$WHEEL" "$SRC" <<'EOF' || fail "the wheel's contents (above)"
 import sys, tomllib, zipfile
 from pathlib import Path
@@ -73,7 +91,7 @@ print(f"  ok  {len(shipped)} files under unsee/ = every file under {', '.join(so
       f"{len(inits)} packages; top level only unsee/ and its dist-info")
 EOF
 
-echo "[3/4] a fresh environment with the wheel and .venv's dependencies ..."
+echo "[3/5] a fresh environment with the wheel and .venv's dependencies ..."
 "$VENV_PY" -m venv --without-pip "$V"
 SITE=$("$V/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 DEPS=$("$VENV_PY" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
@@ -92,7 +110,7 @@ done
 [ -x "$V/bin/unsee" ] || fail "the wheel installed no unsee console script"
 ok "$n entries of .venv's site-packages linked (its unsee left out); the wheel installed with --no-deps"
 
-echo "[4/4] the installed wheel, run from $OUTSIDE (outside the checkout) ..."
+echo "[4/5] the installed wheel, run from $OUTSIDE (outside the checkout) ..."
 cd "$OUTSIDE"
 unset PYTHONPATH
 export PATH="$V/bin:$PATH"
@@ -132,4 +150,14 @@ grep -q -- "--unsee-runtime" "$TMP/out" || fail "pytest --help has no --unsee-ru
 ok "pytest loads the plugin (pytest --help lists --unsee-runtime)"
 run "unsee demo --model tiny-llama" unsee demo --model tiny-llama
 grep -q "bit-exact" "$TMP/out" || { tail -30 "$TMP/out" >&2; fail "unsee demo did not report bit-exactness"; }
+if [ "$TESTS" = 1 ]; then
+  echo "[5/5] the tests' fast tier against the installed wheel ..."
+  cd "$SRC"
+  "$V/bin/python" -c "import unsee.model, sys; assert unsee.model.__file__.startswith(sys.argv[1] + '/'), unsee.model.__file__" \
+    "$SITE" || fail "the copy's tests would not import the wheel's unsee"
+  T0=$SECONDS
+  HYPOTHESIS_PROFILE=dev "$V/bin/python" -m pytest -m fast -q --durations=8 -p no:cacheprovider -o addopts="" >"$TMP/out" 2>&1 \
+    || { tail -40 "$TMP/out" >&2; fail "the fast tier against the wheel"; }
+  ok "fast tier against the wheel: $(tail -1 "$TMP/out") ($((SECONDS - T0)) s)"
+fi
 echo "check_wheel.sh: the wheel installs and works ($((SECONDS - START)) s)"

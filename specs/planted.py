@@ -186,6 +186,7 @@ def run_layer(layer: Layer, copy: Path) -> dict:
     """Run one layer in the copy: caught (exit 1, its own report), missed (exit 0) or error."""
     env = dict(os.environ, PYTHONPATH=str(copy / "src"), PYTHONDONTWRITEBYTECODE="1")
     env.pop("HYPOTHESIS_PROFILE", None)
+    env.pop("UNSEE_WHEEL", None)  # the copy is what the layers must import, not an installed wheel
     t0 = time.perf_counter()
     try:
         p = subprocess.run(layer.argv, cwd=copy, env=env, capture_output=True, text=True, timeout=layer.timeout)

@@ -29,6 +29,31 @@ settings.register_profile("nightly", max_examples=2000, deadline=None, derandomi
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
+
+def _unsee_source():
+    """Where unsee is imported from. With UNSEE_WHEEL (CI: .ci/run installs the built wheel in .venv
+    instead of the editable checkout) it must be the installed wheel, or the run would not test it."""
+    from pathlib import Path
+
+    import unsee.model
+
+    where = Path(unsee.model.__file__).resolve().parent.parent
+    if os.environ.get("UNSEE_WHEEL"):
+        root = Path(__file__).resolve().parent.parent
+        if where == root or root in where.parents or "site-packages" not in where.parts:
+            raise RuntimeError(f"UNSEE_WHEEL is set but unsee is imported from {where}, not the installed wheel: "
+                               "run UNSEE_WHEEL=... bash scripts/setup.sh first")
+    return where
+
+
+def pytest_configure(config):
+    config.unsee_source = _unsee_source()
+
+
+def pytest_report_header(config):
+    return f"unsee: {config.unsee_source}" + (" (the wheel)" if os.environ.get("UNSEE_WHEEL") else "")
+
+
 # `unsee run` chooses kernel, dtype and threads by timing unless told, and each choice is a state
 # with its own bits. A test's store must not depend on a timing, so the tests (and the processes
 # they start) run `unsee run` under these unless a test says otherwise; the tests of the choice
