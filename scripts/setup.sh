@@ -21,7 +21,7 @@ for arg in "$@"; do
     *) echo "setup.sh: unknown option $arg (the only option is --tests)" >&2; exit 2 ;;
   esac
 done
-STEPS=$((3 + TESTS))
+STEPS=$((3 + TESTS + ${UNSEE_WHEEL:+1}+0))
 N=0
 START=$SECONDS
 
@@ -56,7 +56,6 @@ if [ "$TESTS" = 1 ]; then
 fi
 if [ -n "${UNSEE_WHEEL:-}" ]; then
   [ -f "$UNSEE_WHEEL" ] || { echo "setup.sh: UNSEE_WHEEL=$UNSEE_WHEEL is not a file" >&2; exit 2; }
-  STEPS=$((STEPS + 1))
   step "unsee from the wheel $(basename "$UNSEE_WHEEL") instead of the checkout (not editable)" \
     .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --force-reinstall "$UNSEE_WHEEL"
 fi
