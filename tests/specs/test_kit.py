@@ -41,7 +41,6 @@ def test_reference_passes_the_default_run_with_a_coverage_line(tmp_path):
     # nothing of Hypothesis' or pytest-benchmark's is left in the folder the kit ran from: they
     # went to unsee's cache
     assert not {".hypothesis", ".benchmarks"} & {x.name for x in run.iterdir()}
-    assert (tmp_path / "cache" / "kit" / "hypothesis").is_dir()
     line = next(x for x in p.stdout.splitlines() if x.startswith("unsee kit:"))
     for scenario in ("method B5", "checkpoint forced", "session longer than 12 observations", "instead_of parts",
                      "several targets with different tau", "forget after an earlier forget"):
@@ -50,6 +49,27 @@ def test_reference_passes_the_default_run_with_a_coverage_line(tmp_path):
     for target in ("compaction right before tau", "policy has no checkpoint at tau-1", "target inside an instead_of part",
                    "z1, then z2, then z1 again"):
         assert target in targets and f"{target}: 0 (" not in targets, targets
+
+
+def test_a_kit_run_points_hypothesis_at_unsees_cache(tmp_path, monkeypatch):
+    """What Hypothesis writes in a kit run (its example database; the constants it caches from source
+    files outside site-packages, so only for an editable install) goes under unsee's cache."""
+    from types import SimpleNamespace
+
+    from hypothesis.configuration import set_hypothesis_home_dir, storage_directory
+
+    from unsee.specs import plugin
+
+    before = storage_directory(intent_to_write=False).home_directory
+    monkeypatch.setenv("UNSEE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("HYPOTHESIS_STORAGE_DIRECTORY", raising=False)
+    config = SimpleNamespace(getoption=lambda name, default=None: "m:f" if name == "--unsee-runtime" else default,
+                             option=SimpleNamespace())
+    try:
+        plugin.pytest_configure(config)
+        assert storage_directory("examples", intent_to_write=False).home_directory == tmp_path / "cache" / "kit" / "hypothesis"
+    finally:
+        set_hypothesis_home_dir(before)
 
 
 def test_a_runtime_that_raises_is_named_with_a_runnable_trace(tmp_path):
