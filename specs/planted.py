@@ -156,6 +156,14 @@ BUGS: tuple[Bug, ...] = (
         "for e in world if e.turn > boundary + 1 and e.call_id not in made]", "compensation misses a call "
         "committed at τ = c+1 that the counterfactual never makes (no session of the reference F has one: its call "
         "at τ is planned at τ−1, as the twin's, and its arguments are always valid)", changes_forget=False),
+    # held out (#53): written by a reviewer who had not read the set above, then kept
+    Bug("page_digest_leaves_out_born", DG, 'f"|{page}|{born}|".encode()', 'f"|{page}|".encode()',
+        "a K/V page's digest leaves out the turn it was born at: a page relabelled as born before the splice "
+        "verifies, and a forget's deletion of the pages born after it passes it by", changes_forget=False),
+    Bug("store_log_from_misses_the_splice_point", SQ, '"SELECT t, body FROM observations WHERE t <= ? ORDER BY t", (c,)',
+        '"SELECT t, body FROM observations WHERE t < ? ORDER BY t", (c,)', "the store compares the kept log only "
+        "before the splice point, so a forget's change to o_c itself (a hidden part of the target) is not "
+        "written: the old o_c, the target's text included, stays in the stored log", changes_forget=False),
 )
 
 

@@ -83,3 +83,22 @@ def test_an_edit_of_a_column_outside_the_root_verifies_and_the_check_names_it(st
             E.integrity_every_persisted_column_is_sealed(rt.path, lambda p: accepts(rt, p))
     finally:
         rt.close()
+
+
+@pytest.mark.tiny
+def test_every_column_of_a_real_models_pages_edited_is_refused():
+    """tiny-llama's store keeps K/V pages (the reference's keeps none): each column of a page (its key,
+    the turn it was born at, its bytes, its digest) edited in a copy is refused. A digest that left out
+    `born` would let a page relabelled as born before the splice survive a forget's deletion."""
+    rt = StoredRuntime("tiny-llama")
+    try:
+        for o in STREAM:
+            rt.step(o)
+        rt.forget(["z1"])
+        every, filled = E.columns_with_rows(rt.path)
+        pages = {c for c in filled if c[0] == "pages"}
+        assert pages == {("pages", c) for c in ("key", "born", "data", "digest")}, pages
+        edited = E.integrity_every_persisted_column_is_sealed(rt.path, lambda p: accepts(rt, p))
+        assert pages <= set(edited)
+    finally:
+        rt.close()
