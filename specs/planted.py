@@ -28,7 +28,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent  # the source tree: model/, specs/, proofs/, impl/, tests/
+def source_tree() -> Path:
+    """The source tree copies are made from (model/, specs/, proofs/, impl/, tests/): the checkout this
+    module sits in (an editable install), else $UNSEE_SOURCE, else the current folder, when it is one
+    (an installed wheel holds no tests/: run from the checkout, as CI does)."""
+    here = Path(__file__).resolve().parent.parent
+    for root in (here, Path(os.environ.get("UNSEE_SOURCE", here)), Path.cwd()):
+        if (root / "tests").is_dir() and (root / "model").is_dir() and (root / "pyproject.toml").is_file():
+            return root.resolve()
+    return here
+
+
+ROOT = source_tree()
 PACKAGES = ("model", "specs", "proofs", "impl")  # copied (a patch may touch them); the weights are linked
 LINKED = ("impl/organism/weights",)  # large files no patch touches
 
