@@ -33,10 +33,10 @@ def check(store) -> None:
     if root != last.root:
         prev, gen = store.meta(Meta.PREV_ROOT), int(store.meta(Meta.GENERATION, "0"))
         if prev == last.root and gen == last.generation + 1:  # committed; its record lost to a crash
-            stones = recovered_tombstones(store)
             # parts matching a tombstone in force came in with that save (the state before it was checked)
-            again = sorted({store.tombstone(src, text) for src, text in stored_parts(store)} & set(tombstoned(records)))
-            records.append(store.ledger.append(sid, gen, "save", root, prev, stones, records, again))
+            again = readmitted(store, records, stored_parts(store))
+            records.append(store.ledger.append(sid, gen, "save", root, prev, recovered_tombstones(store), records,
+                                               again))
             store.recovered = (f"the last save of {store.final} committed but its ledger record was lost (a crash "
                                "between the two): the record was appended now")
         else:
@@ -82,15 +82,14 @@ def held_tombstones(store, records: list[Record]) -> list[tuple[str, int]]:
     return [(src, stones[t]) for src, text in stored_parts(store) if (t := store.tombstone(src, text)) in stones]
 
 
-def readmitted(store, records: list[Record], observations) -> list[tuple[str, str]]:
-    """The tombstones still in force that parts of `observations` match: forgotten parts that entered
-    the session again (the same source, the same text), recorded so that the next open does not take
-    them for a restored backup."""
+def readmitted(store, records: list[Record], parts) -> list[tuple[str, str]]:
+    """The tombstones still in force that `parts` ((source, text) pairs) match: forgotten parts that
+    entered the session again (the same source, the same text), recorded so that the next open does
+    not take them for a restored backup."""
     stones = tombstoned(records)
-    if not stones:
+    if not stones:  # nothing forgotten yet: no part's digest to compute on a save
         return []
-    found = {store.tombstone(p.source, p.text) for o in observations for p in o.parts}
-    return sorted(t for t in found if t in stones)
+    return sorted({t for src, text in parts if (t := store.tombstone(src, text)) in stones})
 
 
 def recovered_tombstones(store) -> list[tuple[str, str]]:

@@ -420,7 +420,9 @@ class Store:
         kind = kind or ("forget" if receipt is not None else "create" if not prev else "step" if since == s.T - 1
                         else "save")
         records = self.ledger.records() if prev else None
-        readmitted = anchor.readmitted(self, records, s.observations[max(since or 0, 0):]) if records else ()
+        written = s.observations[max(since or 0, 0):]
+        readmitted = anchor.readmitted(self, records, ((p.source, p.text) for o in written for p in o.parts)) \
+            if records else ()
         self.ledger.append(self.meta_id, int(self.meta(Meta.GENERATION)), kind, root, prev, tombstones, records,
                            readmitted)
         self._point("ledger")
