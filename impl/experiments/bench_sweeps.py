@@ -119,32 +119,21 @@ def provenance_overhead(model: str, T: int, reply: int, shape: str = "short") ->
     """Share of step time spent recording provenance (artifacts, parents, source ids)."""
     from unsee.model import state as S
 
-    spent = [0.0]
-    orig_artifact, orig_field = S._Turn.artifact, S._Turn.field
-
-    def timed(fn):
-        def wrapper(*a, **k):
-            t0 = time.perf_counter()
-            try:
-                return fn(*a, **k)
-            finally:
-                spent[0] += time.perf_counter() - t0
-        return wrapper
+    from unsee.impl.experiments.timing import Stopwatch, timing
 
     obs, _ = SHAPES[shape](T, 2, 0.0, reply)
-    S._Turn.artifact, S._Turn.field = timed(orig_artifact), timed(orig_field)
-    try:
+    watch = Stopwatch()
+    with timing(watch, [(S._Turn, "artifact", "provenance"), (S._Turn, "field", "provenance")]):
         t0 = time.perf_counter()
         live = live_session(model, obs, reply)
         total = time.perf_counter() - t0
-    finally:
-        S._Turn.artifact, S._Turn.field = orig_artifact, orig_field
+    spent = watch.seconds.get("provenance", 0.0)
     cps = live.session.checkpoints
     sizes = [len(json.dumps(asdict(c))) for c in cps]
     kv = live.name == "kv"  # a transformers model; the reference model has no KVEngine and no K/V pages
     verify = live.engine.verify_seconds if kv else 0.0  # prefills that check each reply's fixed point
     capture = live.model.capture_seconds if kv else 0.0  # slicing K/V pages out of the cache
-    return {"step_seconds": total, "provenance_seconds": spent[0], "fraction": spent[0] / total,
+    return {"step_seconds": total, "provenance_seconds": spent, "fraction": spent / total,
             "verify_seconds": verify, "verify_fraction": verify / total,
             "page_capture_seconds": capture, "page_capture_fraction": capture / total,
             "artifacts": len(live.session.state.artifacts), "checkpoints": len(cps),

@@ -25,46 +25,18 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from unsee.impl.experiments.bench_store import store_session
-
-
-class Stopwatch:
-    """Seconds spent inside named functions, summed while `timing()` is active."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-        self.calls: dict[str, int] = {}
-
-    def wrap(self, name: str, fn):
-        def timed(*a, **kw):
-            t0 = time.perf_counter()
-            try:
-                return fn(*a, **kw)
-            finally:
-                self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
-                self.calls[name] = self.calls.get(name, 0) + 1
-        return timed
-
-    def take(self) -> tuple[dict[str, float], dict[str, int]]:
-        s, c = self.seconds, self.calls
-        self.seconds, self.calls = {}, {}
-        return s, c
+from unsee.impl.experiments.timing import Stopwatch, timing
 
 
 @contextmanager
-def timing(watch: Stopwatch):
-    """Route the store's seal, page digests and ledger appends through `watch` (module attributes
-    patched for the duration: the store imports these names into its own module)."""
+def store_timing(watch: Stopwatch):
+    """Route the store's seal, page digests, ledger appends and ledger checks through `watch` (patched
+    where the store looks them up: it imports `seal` and `page_digest` into its own module)."""
     from unsee.impl.store import anchor, ledger, sqlite
 
-    patched = [(sqlite, "seal"), (sqlite, "page_digest"), (ledger.Ledger, "append"), (anchor, "check")]
-    saved = [(obj, name, getattr(obj, name)) for obj, name in patched]
-    try:
-        for obj, name, fn in saved:
-            setattr(obj, name, watch.wrap(name, fn))
+    with timing(watch, [(sqlite, "seal", "seal"), (sqlite, "page_digest", "page_digest"),
+                        (ledger.Ledger, "append", "append"), (anchor, "check", "check")]):
         yield watch
-    finally:
-        for obj, name, fn in saved:
-            setattr(obj, name, fn)
 
 
 PARTS = ("seal", "page_digest", "append", "check")
@@ -85,7 +57,7 @@ def step_and_forget(model: str, T: int, tau: int, keyed: bool, folder: Path) -> 
     obs = store_session(T, tau)
     watch = Stopwatch()
     steps = []
-    with timing(watch):
+    with store_timing(watch):
         agent = Agent.create(folder / "s.db", model=model, key=key, observations=obs[:1])
         watch.take()
         try:
