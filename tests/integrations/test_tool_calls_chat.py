@@ -152,7 +152,8 @@ def test_every_call_is_json_under_its_tools_schema(thread):
 def test_a_chat_template_call_and_answer_are_whole_turns(thread):
     """On a model with its own tokenizer a call is `<tool_call>\\n{...}\\n</tool_call><|im_end|>`, and an
     answer ends at `<|im_end|>` (or fills max_tokens) and holds no tool tag."""
-    if thread["model"] == "tiny-llama":
+    if thread["model"] == "tiny-llama":  # no ChatML tokens in its word-level vocabulary: nothing to assert
+        # here; its calls are checked valid and whole by the other tests of this module on the same thread
         pytest.skip("the word-level template writes replies of max_tokens words")
     llm = thread["llm"]
     tok = llm.context.template.tok
