@@ -27,9 +27,10 @@ import z3
 PROVED, COUNTEREXAMPLE, UNKNOWN = "proved", "counterexample", "unknown"
 # Z3's resource limit per query (its `rlimit`: a count of Z3's own steps), not a wall-clock
 # timeout: the same query gets the same answer however loaded the machine is, where a timeout
-# turned a slow proof into unknown under load. The costliest query (the induction's witness
-# check) takes about 473,000; this is about 50 times that, some 12 s of Z3 on an idle core for a
-# query it cannot answer. Past it the answer is unknown, which is a failure.
+# turned a slow proof into unknown under load. Each query is solved in a fresh context (`_check`),
+# so the count is the query's own: the costliest at `unsee prove`'s default bound takes 39,064;
+# this is over 600 times that, some 12 s of Z3 on an idle core for a query it cannot answer.
+# Past it the answer is unknown, which is a failure.
 RLIMIT = 25_000_000
 
 # What a row establishes (its own column in the table and the JSON).
@@ -103,39 +104,52 @@ def _solver() -> z3.Solver:
     return s
 
 
+def _check(s: z3.Solver, label: str, expected: str):
+    """Z3's answer on s's assertions, solved from their SMT-LIB text in a fresh context.
+
+    The rlimit makes an answer independent of the machine's load, not of the process's history:
+    Z3 orders terms by their ids in the context, so a query built after many others (a whole test
+    run, CrossHair's own queries) searches in another order and can exhaust the limit where the
+    same query in a fresh process does not. Solving the text, which is also the certificate that
+    cvc5 re-checks, gives the same answer in any process. Returns (answer, the solver that gave it)."""
+    fresh = z3.Solver(ctx=z3.Context())
+    fresh.set("rlimit", RLIMIT)
+    fresh.from_string(s.to_smt2())
+    answer = fresh.check()
+    _record(s, label, expected, answer)
+    return answer, fresh
+
+
 def check_valid(assumptions, goal, witness=()) -> tuple[str, str | None, str]:
     """(result, model, detail) for 'assumptions ⇒ goal'."""
     s = _solver()
     s.add(*assumptions, *witness)
-    sat = s.check()
-    _record(s, "assumptions", "sat", sat)
+    sat, solved = _check(s, "assumptions", "sat")
     if sat == z3.unsat:
         return UNKNOWN, None, "vacuous: the assumptions are unsatisfiable" + (" with the witness" if witness else "")
     if sat == z3.unknown:
-        return UNKNOWN, None, f"assumptions: {s.reason_unknown()}"
+        return UNKNOWN, None, f"assumptions: {solved.reason_unknown()}"
     if witness:  # the witness narrows the assumptions: the goal is asked of them alone
         s = _solver()
         s.add(*assumptions)
     s.add(z3.Not(goal))
-    r = s.check()
-    _record(s, "negated goal", "unsat", r)
+    r, solved = _check(s, "negated goal", "unsat")
     if r == z3.unsat:
         return PROVED, None, ""
     if r == z3.sat:
-        return COUNTEREXAMPLE, str(s.model()), ""
-    return UNKNOWN, None, s.reason_unknown()
+        return COUNTEREXAMPLE, str(solved.model()), ""
+    return UNKNOWN, None, solved.reason_unknown()
 
 
 def check_exists(constraints) -> tuple[str, str | None, str]:
     s = _solver()
     s.add(*constraints)
-    r = s.check()
-    _record(s, "witness", "sat", r)
+    r, solved = _check(s, "witness", "sat")
     if r == z3.sat:
-        return PROVED, str(s.model()), ""
+        return PROVED, str(solved.model()), ""
     if r == z3.unsat:
         return COUNTEREXAMPLE, None, "no witness exists"
-    return UNKNOWN, None, s.reason_unknown()
+    return UNKNOWN, None, solved.reason_unknown()
 
 
 def combine(name: str, statement: str, parts, t0: float) -> Result:

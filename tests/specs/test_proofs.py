@@ -35,6 +35,28 @@ def test_false_cannot_be_proved():
     assert res == kernel.COUNTEREXAMPLE
 
 
+def test_every_query_is_solved_in_a_fresh_context_from_its_text(monkeypatch):
+    # Z3's search order follows term ids in its context, so a query solved in the shared context
+    # after a whole test run (CI) came back unknown where a fresh process proved it
+    contexts = []
+    check = z3.Solver.check
+
+    def recorded(self, *a):
+        contexts.append(self.ctx)
+        return check(self, *a)
+
+    monkeypatch.setattr(z3.Solver, "check", recorded)
+    x = z3.Int("x")
+    with kernel.recording() as queries:
+        assert kernel.check_valid([x > 1], x > 0)[0] == kernel.PROVED
+        res, model, _ = kernel.check_valid([x > 1], x > 2)
+        assert kernel.check_exists([x > 5])[0] == kernel.PROVED
+    assert res == kernel.COUNTEREXAMPLE and model == "[x = 2]"
+    assert len(contexts) == len(queries) == 5
+    assert all(c is not z3.main_ctx() for c in contexts) and len({id(c) for c in contexts}) == 5
+    assert [q.z3 for q in queries] == ["sat", "unsat", "sat", "sat", "sat"]
+
+
 def test_unknown_is_a_failure():
     r = kernel.Result("x", "s", kernel.UNKNOWN, 0.0)
     assert not r.ok
