@@ -92,18 +92,6 @@ def recording():
         _recording.reset(token)
 
 
-def _record(s: z3.Solver, label: str, expected: str, answer) -> None:
-    queries = _recording.get()
-    if queries is not None:
-        queries.append(Query(label, s.to_smt2(), expected, str(answer)))
-
-
-def _solver() -> z3.Solver:
-    s = z3.Solver()
-    s.set("rlimit", RLIMIT)
-    return s
-
-
 def _check(s: z3.Solver, label: str, expected: str):
     """Z3's answer on s's assertions, solved from their SMT-LIB text in a fresh context.
 
@@ -112,17 +100,20 @@ def _check(s: z3.Solver, label: str, expected: str):
     run, CrossHair's own queries) searches in another order and can exhaust the limit where the
     same query in a fresh process does not. Solving the text, which is also the certificate that
     cvc5 re-checks, gives the same answer in any process. Returns (answer, the solver that gave it)."""
+    text = s.to_smt2()
     fresh = z3.Solver(ctx=z3.Context())
     fresh.set("rlimit", RLIMIT)
-    fresh.from_string(s.to_smt2())
+    fresh.from_string(text)
     answer = fresh.check()
-    _record(s, label, expected, answer)
+    queries = _recording.get()
+    if queries is not None:
+        queries.append(Query(label, text, expected, str(answer)))
     return answer, fresh
 
 
 def check_valid(assumptions, goal, witness=()) -> tuple[str, str | None, str]:
     """(result, model, detail) for 'assumptions ⇒ goal'."""
-    s = _solver()
+    s = z3.Solver()
     s.add(*assumptions, *witness)
     sat, solved = _check(s, "assumptions", "sat")
     if sat == z3.unsat:
@@ -130,7 +121,7 @@ def check_valid(assumptions, goal, witness=()) -> tuple[str, str | None, str]:
     if sat == z3.unknown:
         return UNKNOWN, None, f"assumptions: {solved.reason_unknown()}"
     if witness:  # the witness narrows the assumptions: the goal is asked of them alone
-        s = _solver()
+        s = z3.Solver()
         s.add(*assumptions)
     s.add(z3.Not(goal))
     r, solved = _check(s, "negated goal", "unsat")
@@ -142,7 +133,7 @@ def check_valid(assumptions, goal, witness=()) -> tuple[str, str | None, str]:
 
 
 def check_exists(constraints) -> tuple[str, str | None, str]:
-    s = _solver()
+    s = z3.Solver()
     s.add(*constraints)
     r, solved = _check(s, "witness", "sat")
     if r == z3.sat:
