@@ -289,8 +289,9 @@ def test_a_bare_tuple_as_the_messages_value_is_refused_with_what_to_pass(tmp_pat
 
 @pytest.mark.parametrize("saver", ["sqlite", "memory"])
 def test_a_replay_that_fails_leaves_the_thread_as_it_was(saver, tmp_path):
-    """The model fails halfway through the replay: the forget raises, the branch it had written is
-    taken back out, and the thread's checkpoints are the ones it had; a later forget works."""
+    """The model fails halfway through the replay: the forget raises an UnseeError that names the
+    turn and the cause, the branch it had written is taken back out, and the thread's checkpoints
+    are the ones it had; a later forget works."""
     down = {"now": False}
 
     class Flaky(Scripted):
@@ -307,8 +308,10 @@ def test_a_replay_that_fails_leaves_the_thread_as_it_was(saver, tmp_path):
     ids = [t.config["configurable"]["checkpoint_id"] for t in store.list(CFG)]
     values = agent.get_state(CFG).values
     down["now"] = True
-    with pytest.raises(RuntimeError, match="the model is down"):
+    with pytest.raises(UnseeError, match=r"the replay of turn 3 failed \(RuntimeError: the model is down\).*"
+                                         "the thread is as it was") as e:
         L.forget(agent, "t1", ["t2.1"])
+    assert isinstance(e.value.__cause__, RuntimeError)
     assert [t.config["configurable"]["checkpoint_id"] for t in store.list(CFG)] == ids
     assert agent.get_state(CFG).values == values
     down["now"] = False

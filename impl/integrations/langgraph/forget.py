@@ -36,14 +36,15 @@ from unsee.impl.integrations.langgraph.chat import kind_of
 from unsee.impl.integrations.langgraph.checkpointers import adapter
 from unsee.impl.integrations.langgraph.declared import exactness
 from unsee.impl.integrations.langgraph.history import (
-    aall_checkpoints, alineage, all_checkpoints, check_history, checkpoint_id, config_at, lineage,
+    aall_checkpoints, alineage, all_checkpoints, check_history, checkpoint_id, config_at, kept_with_subgraphs, lineage,
 )
 from unsee.impl.integrations.langgraph.inputs import (
-    ThreadInputs, messages_in, messages_of, part_text, provenance_ids, read_inputs, tag_of,
+    ThreadInputs, input_of, keep_tags, messages_in, messages_of, part_text, provenance_ids, read_inputs, tag_of,
+    value_tag,
 )
 from unsee.impl.integrations.langgraph.savers import Row
 from unsee.impl.integrations.langgraph.tools import REPLAY, Replay, marked_tools, resolve
-from unsee.model.errors import UnseeError
+from unsee.model.errors import UnknownSource, UnseeError
 from unsee.model.grammar import canonical
 from unsee.model.plan import Checkpoint, compensation, plan_forget, provenance_graph
 from unsee.model.receipt import Effects, Receipt, Work, make_receipt
@@ -115,10 +116,13 @@ async def asources(graph, thread_id: str) -> list[dict]:
 
 def _listing(th: ThreadInputs) -> list[dict]:
     out = []
-    for t, ms, ss in zip(th.turns, th.messages, th.sources):
+    for t, ms, ss, vs in zip(th.turns, th.messages, th.sources, th.values):
         for m, s in zip(ms, ss):
             out.append({"source": s, "turn": t.index, "kind": kind_of(m),
                         "tagged": not isinstance(m, RemoveMessage) and tag_of(m) is not None, "text": part_text(m)[:80]})
+        for v in vs:  # another input key's value: kind "value", its text "<key>: <value>"
+            out.append({"source": v.source, "turn": t.index, "kind": "value",
+                        "tagged": value_tag(v.value) is not None, "text": v.text[:80]})
     return out
 
 
@@ -175,12 +179,14 @@ def forgettable(graph):
 
     Every channel reduced by `add_messages` (a `MessagesState`'s, `create_agent`'s) gives each
     message that arrives without an id one derived from its place (`message_id`) instead of a
-    random one; the graph is changed in place and returned. Call it once, before the first
-    invocation: a thread's earlier messages keep the ids they were given."""
+    random one, and the checkpointer keeps the tags of `source_value`s (`SourcedSerde`); the graph
+    is changed in place and returned. Call it once, before the first invocation: a thread's earlier
+    messages keep the ids they were given."""
     from langgraph.channels.binop import BinaryOperatorAggregate
     from langgraph.graph.message import add_messages
 
     _graph_adapter(graph)
+    keep_tags(graph.checkpointer)
     n = 0
     for ch in graph.channels.values():
         if isinstance(ch, BinaryOperatorAggregate) and (ch.operator is add_messages or
@@ -206,6 +212,11 @@ def _graph_adapter(graph):
     """The graph's checkpointer's adapter, once the graph's shape is one a forget can replay."""
     ad = adapter(getattr(graph, "checkpointer", None))
     marked_tools(graph)
+    if getattr(graph, "store", None) is not None:
+        raise UnseeError(f"the graph was compiled with a store ({type(graph.store).__name__}): what its nodes and tools "
+                         "put there is shared across threads, and a forget cannot yet find, replay or erase what a "
+                         "thread wrote to it; compile the graph without store= to forget on it")
+
     stops = list(getattr(graph, "interrupt_before_nodes", None) or ()) + list(
         getattr(graph, "interrupt_after_nodes", None) or ())
     if stops:
@@ -269,18 +280,24 @@ class _Job:
                     present.add(m.id)
 
     def steps(self):
-        """(input, config) of each replayed turn, c+1..T, on the sanitized inputs (lines 5–10)."""
+        """(input, config) of each replayed turn, c+1..T, on the sanitized inputs (lines 5–10): each
+        input key re-given without the forgotten parts, and the config the turn ran with (its
+        `configurable` keys, as LangGraph recorded them in the turn's checkpoint metadata)."""
         c = self.plan.boundary
-        cfg = config_at(self.thread_id, self.th.turns, c)  # line 5: the fork
+        fork = config_at(self.thread_id, self.th.turns, c)["configurable"]  # line 5: the fork
         for t in self.th.turns[c:]:
             i = t.index - 1
             o = sanitize(self.th.log[i], self.plan.sources)
             self.replayed.append(o)
             self.replay.turn, self.replay.seen = t.index, {}
-            msgs = messages_of(o, self.th.messages[i], self.th.sources[i], self.th.raws[i])
-            inp = {**t.input, "messages": msgs} if msgs or "messages" in t.input else dict(t.input)
-            yield inp, cfg
-            cfg = {"configurable": {"thread_id": self.thread_id}}
+            kept = {(p.source, p.text) for p in o.parts}
+            values = {(v.source, v.text) for v in self.th.values[i]}
+            said = Observation(o.kind, tuple(p for p in o.parts if (p.source, p.text) not in values))
+            msgs = messages_of(said, self.th.messages[i], self.th.sources[i], self.th.raws[i])
+            inp = ({"messages": msgs} if msgs or "messages" in t.input else {}) | input_of(self.th.values[i], kept, t.input)
+            inp = {k: inp[k] for k in t.input if k in inp}  # the keys in the order the turn gave them
+            yield inp, {"configurable": recorded_config(t.start.metadata) | {"thread_id": self.thread_id} | fork}
+            fork = {}
 
     def ledger(self, redact: bool) -> tuple[list[Row], list[dict], list[str], int]:
         """The ledger rows to write (turns resolved, and with `redact` the arguments and result of each
@@ -311,71 +328,116 @@ class _Job:
 
 
 NOTHING = {"checkpoints_deleted": 0, "writes_deleted": 0, "blobs_deleted": 0}
+LANGGRAPH_METADATA = {"source", "step", "parents", "writes", "run_id", "counters_since_delta_snapshot"}
+
+
+def recorded_config(metadata) -> dict:
+    """The `configurable` keys a turn ran with, as LangGraph copied them into its checkpoint's
+    metadata (`get_checkpoint_metadata`: strings, numbers and booleans whose key does not start
+    with "__"; the config's `metadata` entries are copied there too, and come back as configurable)."""
+    return {k: v for k, v in (metadata or {}).items() if k not in LANGGRAPH_METADATA and not k.startswith("__")}
+
+
+def _replay_failed(e: Exception, t: int) -> UnseeError:
+    return UnseeError(f"the replay of turn {t} failed ({type(e).__name__}: {e}); its partial branch was erased and "
+                      "the thread is as it was. A node that reads something a turn's checkpoint does not record "
+                      "(a configurable value that is not a string, number or boolean; a runtime context; a global) "
+                      "cannot be replayed: pass it the same way in every turn, or make the graph read it from the state")
+
+
+def _context(graph, context) -> dict:
+    """The keyword a replayed turn is invoked with for the graph's runtime context, or a refusal."""
+    if getattr(graph, "context_schema", None) is not None and context is None:
+        raise UnseeError(f"the graph takes a runtime context ({graph.context_schema.__name__}), which LangGraph does not "
+                         "checkpoint: pass the context the thread's turns ran with, forget(..., context=...)")
+    return {} if context is None else {"context": context}
+
+
+def _prepare(thread_id, sources_, method, checkpoint, tuples, pending, rows) -> _Job:
+    try:
+        return _Job.prepare(thread_id, sources_, method, checkpoint, tuples, pending, rows)
+    except UnknownSource as e:
+        raise UnknownSource(f"{e}. A forget finds a source in each turn's input: its messages and its other keys "
+                            "(source_message, source_value, or a place t<turn>.<k> / t<turn>.<key>); a value given in "
+                            "the config or the runtime context is no input of the thread and cannot be forgotten") from e
 
 
 def forget(graph, thread_id: str, sources: Sequence[str], method: str = "B7", checkpoint: int | None = None,
-           erase: bool = True, redact_ledger: bool = False) -> ThreadReceipt:
+           erase: bool = True, redact_ledger: bool = False, context=None) -> ThreadReceipt:
     """Forget `sources` from a thread: fork from R_c (c: the last boundary before τ, or the forced
     `checkpoint`; method "B5": R_0), replay turns c+1..T on the sanitized inputs through the same
-    compiled graph, and erase the old branch. The thread's head is then the thread a fresh run on
-    the inputs without the sources gives. Everything that can refuse does so before anything is
-    written; a replay that fails takes its partial branch back out, and the thread is what it was.
-    `redact_ledger`: also erase, in the world ledger, the arguments and result of each
-    fired call the twin never makes (the receipt's compensation list is then their only copy).
+    compiled graph, and erase the old branch (its subgraphs' checkpoints too). The thread's head is
+    then the thread a fresh run on the inputs without the sources gives. Everything that can refuse
+    does so before anything is written; a replay that fails takes its partial branch back out, and
+    the thread is what it was. `redact_ledger`: also erase, in the world ledger, the arguments and
+    result of each fired call the twin never makes (the receipt's compensation list is then their
+    only copy). `context`: the runtime context the turns ran with (required where the graph has a
+    `context_schema`: LangGraph does not checkpoint it); each turn's `configurable` keys come from
+    its checkpoint.
 
     A graph whose checkpointer is async (AsyncSqliteSaver, AsyncPostgresSaver) is forgotten with
     `await aforget(...)`."""
     t0 = time.perf_counter()
     _arguments(sources, method)
     ad = _graph_adapter(graph)
+    extra = _context(graph, context)
     if ad.is_async:
         raise UnseeError(f"the graph's checkpointer is an {type(ad.saver).__name__}, whose I/O is async: forget "
                          "with `await aforget(graph, thread_id, sources)`")
     ad.check()
     tuples = all_checkpoints(ad.saver, thread_id)
     pending = graph.get_state({"configurable": {"thread_id": thread_id}}).next if tuples else ()
-    job = _Job.prepare(thread_id, sources, method, checkpoint, tuples, pending, ad.rows(thread_id))
+    job = _prepare(thread_id, sources, method, checkpoint, tuples, pending, ad.rows(thread_id))
     token = REPLAY.set(job.replay)
     try:
         for inp, cfg in job.steps():
-            graph.invoke(inp, cfg, durability="sync")
+            try:  # the graph's own durability: "sync" breaks a subgraph compiled with checkpointer=False
+                graph.invoke(inp, cfg, **extra)
+            except Exception as e:
+                raise _replay_failed(e, job.replay.turn) from e
     except BaseException:  # the replay's partial branch leaves: the thread is what it was
-        ad.erase(thread_id, {checkpoint_id(t) for t in tuples})
+        ad.erase(thread_id, kept_with_subgraphs(tuples, tuples))
         raise
     finally:
         REPLAY.reset(token)
     rows, comp, dedup, redacted = job.ledger(redact_ledger)
     ad.update(thread_id, rows)
     line = lineage(ad.saver, thread_id)
-    erased = ad.erase(thread_id, {checkpoint_id(t) for t in line}) if erase else NOTHING
+    keep = kept_with_subgraphs(all_checkpoints(ad.saver, thread_id), line)
+    erased = ad.erase(thread_id, keep) if erase else NOTHING
     return job.receipt(line, erased, comp, dedup, redacted, time.perf_counter() - t0, ad.kind)
 
 
 async def aforget(graph, thread_id: str, sources: Sequence[str], method: str = "B7", checkpoint: int | None = None,
-                  erase: bool = True, redact_ledger: bool = False) -> ThreadReceipt:
+                  erase: bool = True, redact_ledger: bool = False, context=None) -> ThreadReceipt:
     """`forget`'s async twin: the replay runs through `graph.ainvoke`, and the checkpointer is read
     and erased through its async interface (AsyncSqliteSaver, AsyncPostgresSaver, InMemorySaver)."""
     t0 = time.perf_counter()
     _arguments(sources, method)
     ad = _graph_adapter(graph)
+    extra = _context(graph, context)
     if not ad.is_async and ad.kind != "memory":
         raise UnseeError(f"the graph's checkpointer is a {type(ad.saver).__name__}, which has no async interface: "
                          "forget with forget(graph, thread_id, sources)")
     await ad.acheck()
     tuples = await aall_checkpoints(ad.saver, thread_id)
     pending = (await graph.aget_state({"configurable": {"thread_id": thread_id}})).next if tuples else ()
-    job = _Job.prepare(thread_id, sources, method, checkpoint, tuples, pending, await ad.arows(thread_id))
+    job = _prepare(thread_id, sources, method, checkpoint, tuples, pending, await ad.arows(thread_id))
     token = REPLAY.set(job.replay)
     try:
         for inp, cfg in job.steps():
-            await graph.ainvoke(inp, cfg, durability="sync")
+            try:
+                await graph.ainvoke(inp, cfg, **extra)
+            except Exception as e:
+                raise _replay_failed(e, job.replay.turn) from e
     except BaseException:
-        await ad.aerase(thread_id, {checkpoint_id(t) for t in tuples})
+        await ad.aerase(thread_id, kept_with_subgraphs(tuples, tuples))
         raise
     finally:
         REPLAY.reset(token)
     rows, comp, dedup, redacted = job.ledger(redact_ledger)
     await ad.aupdate(thread_id, rows)
     line = await alineage(ad.saver, thread_id)
-    erased = await ad.aerase(thread_id, {checkpoint_id(t) for t in line}) if erase else NOTHING
+    keep = kept_with_subgraphs(await aall_checkpoints(ad.saver, thread_id), line)
+    erased = await ad.aerase(thread_id, keep) if erase else NOTHING
     return job.receipt(line, erased, comp, dedup, redacted, time.perf_counter() - t0, ad.kind)

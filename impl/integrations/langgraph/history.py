@@ -98,16 +98,11 @@ async def aturns(saver, thread_id: str) -> list[Turn]:
 
 
 def check_history(tuples, thread_id: str, pending: tuple = ()) -> list:
-    """The head's lineage of a thread a forget can replay, or an error that says why not:
-    subgraph checkpoints (other namespaces), a thread not checkpointed at every step
+    """The head's lineage of a thread a forget can replay, or an error that says why not: a thread
+    not checkpointed at every step
     (durability="exit"), a state changed by `update_state` rather than by a turn, an interrupt
     (human in the loop) or a failed step anywhere on the lineage, or a last turn that has not
     finished (`pending`: the head's next nodes, `graph.get_state(config).next`)."""
-    nested = sorted({_ns(t) for t in tuples if _ns(t) != ""})
-    if nested:
-        raise UnseeError(f"thread {thread_id!r} has subgraph checkpoints (namespace {nested[0]!r}); a forget replays "
-                         "and erases a graph's own checkpoints only: run the subgraph as a function inside a node "
-                         "rather than as a node with its own checkpoints")
     line = line_of(tuples)
     if not line:
         raise UnseeError(f"thread {thread_id!r} has no checkpoints in this graph's checkpointer")
@@ -136,6 +131,21 @@ def check_history(tuples, thread_id: str, pending: tuple = ()) -> list:
     return line
 
 
+def kept_with_subgraphs(tuples, line) -> set[tuple[str, str]]:
+    """The checkpoints a thread keeps, as (namespace, id): the head's lineage, and every subgraph
+    checkpoint (another namespace) written under one of its checkpoints (its metadata's `parents`)."""
+    ids = {checkpoint_id(t) for t in line}
+    return {("", c) for c in ids} | {(_ns(t), checkpoint_id(t)) for t in tuples if _ns(t) != ""
+                                     and (t.metadata.get("parents") or {}).get("") in ids}
+
+
+def subgraph_checkpoints(tuples, line) -> list:
+    """The subgraph checkpoints (other namespaces) written under the head's lineage, oldest first."""
+    ids = {checkpoint_id(t) for t in line}
+    return sorted((t for t in tuples if _ns(t) != "" and (t.metadata.get("parents") or {}).get("") in ids),
+                  key=checkpoint_id)
+
+
 def config_at(thread_id: str, turns_: list[Turn], b: int) -> dict:
     """The config that forks the thread from R_b."""
     cid = ROOT if b == 0 else checkpoint_id(turns_[b - 1].end)
@@ -147,10 +157,11 @@ def erase_branches(saver, thread_id: str) -> dict:
     checkpointer's adapter (`savers`): no byte of them stays in its storage."""
     from unsee.impl.integrations.langgraph.checkpointers import adapter
 
-    return adapter(saver).erase(thread_id, {checkpoint_id(t) for t in lineage(saver, thread_id)})
+    return adapter(saver).erase(thread_id, kept_with_subgraphs(all_checkpoints(saver, thread_id), lineage(saver, thread_id)))
 
 
 async def aerase_branches(saver, thread_id: str) -> dict:
     from unsee.impl.integrations.langgraph.checkpointers import adapter
 
-    return await adapter(saver).aerase(thread_id, {checkpoint_id(t) for t in await alineage(saver, thread_id)})
+    return await adapter(saver).aerase(thread_id, kept_with_subgraphs(await aall_checkpoints(saver, thread_id),
+                                                                        await alineage(saver, thread_id)))

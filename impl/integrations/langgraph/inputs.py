@@ -8,6 +8,11 @@ one's is its place, `t<turn>.<k>` (the k-th message of turn t's input). A `Remov
 part of the source of the message it removes where that message was an input (so forgetting a
 message forgets its removal), else of its own place.
 
+Any other input key is read too: its value is a part (a list: each item a part), under the
+source `source_value(value, source)` tagged it with (a dict's `"unsee_source"` key also tags it),
+or its place, `t<turn>.<key>` (a list's i-th item: `t<turn>.<key>.<i>`). A tagged value keeps its
+tag through the checkpointer on a `forgettable` graph (`SourcedSerde`).
+
 `provenance_ids(add_messages)` gives each message that arrives without an id one derived from
 its place (`message_id`), so a forgotten thread and a fresh one carry the same ids.
 """
@@ -105,6 +110,154 @@ def messages_of(o: Observation, originals: Sequence = (), sources: Sequence[str]
     return out
 
 
+# --- values of other input keys ---------------------------------------------------------------------
+
+class SourcedStr(str):
+    """A string input value tagged with a source id; a `str` everywhere else."""
+
+    unsee_source: str = ""
+
+
+class SourcedDict(dict):
+    """A dict input value tagged with a source id; a `dict` everywhere else."""
+
+    unsee_source: str = ""
+
+
+SOURCED = (SourcedStr, SourcedDict)
+
+
+def source_value(value, source: str):
+    """`value` (a string or a dict: a key's whole value, or an item of a list) tagged with the source
+    id a forget can name, and usable as the value it wraps: `{"docs": [source_value(text, "med")]}`.
+    The tag reaches the checkpointer on a graph made `forgettable`; on another graph the value is
+    named by its place (`sources` lists it)."""
+    if not isinstance(source, str) or not source:
+        raise UnseeError(f"a source id is a non-empty string, not {source!r}")
+    if isinstance(value, str):
+        out = SourcedStr(value)
+    elif isinstance(value, dict):
+        out = SourcedDict(value)
+    else:
+        raise UnseeError(f"source_value tags a string or a dict (an item of a list too), not a "
+                         f"{type(value).__name__}: wrap it in a dict")
+    out.unsee_source = source
+    return out
+
+
+def value_tag(v) -> str | None:
+    """The source id an input value carries (`source_value`, or a dict's "unsee_source" key)."""
+    if isinstance(v, SOURCED):
+        return v.unsee_source
+    if isinstance(v, dict) and isinstance(v.get(SOURCE), str) and v[SOURCE]:
+        return v[SOURCE]
+    return None
+
+
+@dataclass(frozen=True)
+class Value:
+    """One part of a turn's input outside `messages`: a key's value, or one item of a list."""
+
+    key: str
+    index: int | None  # the item's place in the list (0-based); None: the key's whole value
+    value: object
+    source: str
+
+    @property
+    def text(self) -> str:
+        body = self.value if isinstance(self.value, str) else json.dumps(self.value, sort_keys=True, default=repr)
+        return f"{self.key}: {body}"
+
+
+def values_of(inp: dict, turn: int) -> list[Value]:
+    """The parts of a turn's input keys other than `messages`, in key order."""
+    out = []
+    for key, v in inp.items():
+        if key == "messages":
+            continue
+        if isinstance(v, list):
+            out += [Value(key, i, x, value_tag(x) or f"t{turn}.{key}.{i + 1}") for i, x in enumerate(v)]
+        else:
+            out.append(Value(key, None, v, value_tag(v) or f"t{turn}.{key}"))
+    return out
+
+
+def input_of(values: Sequence[Value], kept: set, original: dict) -> dict:
+    """The input keys other than `messages` as the twin gives them: a list keeps its kept items
+    (it may become empty), a whole value whose part is gone leaves the input."""
+    out = {}
+    for key, v in original.items():
+        if key == "messages":
+            continue
+        mine = [x for x in values if x.key == key]
+        if isinstance(v, list):
+            out[key] = [x.value for x in mine if (x.source, x.text) in kept]
+        elif mine and (mine[0].source, mine[0].text) in kept:
+            out[key] = v
+    return out
+
+
+class SourcedSerde:
+    """The checkpointer's serializer, keeping `source_value` tags: a value holding tagged strings or
+    dicts is written as its plain value and the tags' paths (type "unsee-sourced"), and read back
+    tagged; anything else goes through the inner serializer unchanged."""
+
+    TYPE = "unsee-sourced"
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    @staticmethod
+    def _plain(obj, path, tags):
+        if isinstance(obj, SOURCED):
+            tags.append([list(path), obj.unsee_source])
+            obj = str(obj) if isinstance(obj, str) else dict(obj)
+        if isinstance(obj, dict):
+            items = [(k, SourcedSerde._plain(v, path + (k,), tags)) for k, v in obj.items()]
+            return obj if all(v is obj[k] for k, v in items) else dict(items)
+        if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
+            items = [SourcedSerde._plain(v, path + (i,), tags) for i, v in enumerate(obj)]
+            return obj if all(a is b for a, b in zip(items, obj)) else type(obj)(items)
+        return obj
+
+    @staticmethod
+    def _tag(obj, path, source):
+        if not path:
+            return source_value(obj, source)
+        head, rest = path[0], path[1:]
+        if isinstance(obj, tuple):
+            return tuple(SourcedSerde._tag(v, rest, source) if i == head else v for i, v in enumerate(obj))
+        obj[head] = SourcedSerde._tag(obj[head], rest, source)
+        return obj
+
+    def dumps_typed(self, obj):
+        tags: list = []
+        plain = self._plain(obj, (), tags)
+        if not tags:
+            return self.inner.dumps_typed(obj)
+        typ, data = self.inner.dumps_typed(plain)
+        return self.TYPE, json.dumps([typ, data.hex(), tags]).encode()
+
+    def loads_typed(self, data):
+        typ, blob = data
+        if typ != self.TYPE:
+            return self.inner.loads_typed(data)
+        inner_typ, hexed, tags = json.loads(blob)
+        obj = self.inner.loads_typed((inner_typ, bytes.fromhex(hexed)))
+        for path, source in tags:
+            obj = self._tag(obj, tuple(path), source)
+        return obj
+
+
+def keep_tags(saver) -> None:
+    """Make a checkpointer keep `source_value` tags (once)."""
+    if not isinstance(saver.serde, SourcedSerde):
+        saver.serde = SourcedSerde(saver.serde)
+
+
 def messages_in(t) -> list:
     return (t.checkpoint.get("channel_values") or {}).get("messages") or []
 
@@ -120,11 +273,12 @@ class ThreadInputs:
     sources: list  # per turn: each message's source id
     log: list  # per turn: o_t
     input_ids: set = field(default_factory=set)  # ids the inputs' messages took in the state
+    values: list = field(default_factory=list)  # per turn: its other input keys' parts (`Value`s)
 
 
 def read_inputs(line, thread_id: str) -> ThreadInputs:
     hist = turns_of(line, thread_id)
-    raws, msgs, srcs, log, removed, input_ids = [], [], [], [], {}, set()
+    raws, msgs, srcs, log, removed, input_ids, values = [], [], [], [], {}, set(), []
     for t in hist:
         raw, ms = input_messages(t.input.get("messages"))
         before = {m.id for m in messages_in(t.start)}
@@ -140,11 +294,14 @@ def read_inputs(line, thread_id: str) -> ThreadInputs:
         for m, s in zip(new, adding_sources):
             removed[m.id] = s
             input_ids.add(m.id)
+        vs = values_of(t.input, t.index)
         raws.append(raw)
         msgs.append(ms)
         srcs.append(ss)
-        log.append(observation_of(ms, t.index, ss))
-    return ThreadInputs(line, hist, raws, msgs, srcs, log, input_ids)
+        values.append(vs)
+        o = observation_of(ms, t.index, ss)
+        log.append(Observation(o.kind, o.parts + tuple(Part(v.source, v.text) for v in vs)))
+    return ThreadInputs(line, hist, raws, msgs, srcs, log, input_ids, values)
 
 
 def message_id(previous: str, k: int) -> str:

@@ -13,7 +13,7 @@ an exclusive lock on each table while it rewrites it.
 
 from __future__ import annotations
 
-from unsee.impl.integrations.langgraph.savers import Adapter, Bridged, Row
+from unsee.impl.integrations.langgraph.savers import Adapter, Bridged, Row, kept_keys
 from unsee.model.errors import UnseeError
 
 
@@ -26,14 +26,16 @@ PG_ROWS = ("SELECT seq, checkpoint_id, call_id, tool, args, turn, result FROM un
 PG_INSERT = ("INSERT INTO unsee_world (thread_id, checkpoint_id, call_id, tool, args, turn, result) "
              "VALUES (%s, %s, '', %s, %s, 0, %s)")
 PG_UPDATE = "UPDATE unsee_world SET call_id = %s, args = %s, turn = %s, result = %s WHERE thread_id = %s AND seq = %s"
-# every row of the thread but the head's lineage (`keep`, namespace ''), and the blobs no kept checkpoint names
+# every row of the thread but the kept checkpoints (`keep`: the head's lineage and its subgraphs'), and the blobs
+# no kept checkpoint names
+PG_KEY = "checkpoint_ns || chr(31) || checkpoint_id"  # a kept checkpoint's key: namespace, unit separator, id
 PG_ERASE = (
-    ("checkpoint_writes", "DELETE FROM checkpoint_writes WHERE thread_id = %s "
-                          "AND NOT (checkpoint_ns = '' AND checkpoint_id = ANY(%s::text[]))"),
-    ("checkpoints", "DELETE FROM checkpoints WHERE thread_id = %s AND NOT (checkpoint_ns = '' AND checkpoint_id = ANY(%s::text[]))"),
+    ("checkpoint_writes", f"DELETE FROM checkpoint_writes WHERE thread_id = %s AND NOT ({PG_KEY} = ANY(%s::text[]))"),
+    ("checkpoints", f"DELETE FROM checkpoints WHERE thread_id = %s AND NOT ({PG_KEY} = ANY(%s::text[]))"),
     ("checkpoint_blobs", "DELETE FROM checkpoint_blobs b WHERE b.thread_id = %s AND NOT EXISTS (SELECT 1 FROM checkpoints c "
                          "WHERE c.thread_id = b.thread_id AND c.checkpoint_ns = b.checkpoint_ns "
-                         "AND c.checkpoint_id = ANY(%s::text[]) AND c.checkpoint -> 'channel_versions' ->> b.channel = b.version)"),
+                         "AND c.checkpoint_ns || chr(31) || c.checkpoint_id = ANY(%s::text[]) "
+                         "AND c.checkpoint -> 'channel_versions' ->> b.channel = b.version)"),
 )
 PG_VACUUM = ("checkpoints", "checkpoint_blobs", "checkpoint_writes", "unsee_world")
 
@@ -88,14 +90,14 @@ class PostgresAdapter(Adapter):
             cur.execute(PG_LEDGER)
             cur.execute("DELETE FROM unsee_world WHERE thread_id = %s", (thread_id,))
 
-    def erase(self, thread_id, keep: set[str]) -> dict:
+    def erase(self, thread_id, keep: set) -> dict:
         counts = {}
         with self.saver.lock, self._conn() as conn:
             self._refuse(conn, self.saver.pipe)
             with conn.transaction(), self._cur(conn) as cur:
                 cur.execute(PG_LEDGER)
                 for table, sql in PG_ERASE:
-                    counts[table] = cur.execute(sql, (thread_id, sorted(keep))).rowcount
+                    counts[table] = cur.execute(sql, (thread_id, kept_keys(keep))).rowcount
             with self._cur(conn) as cur:
                 for table in PG_VACUUM:
                     cur.execute(f"VACUUM FULL {table}")
@@ -140,14 +142,14 @@ class AsyncPostgresAdapter(Bridged, PostgresAdapter):
             await cur.execute(PG_LEDGER)
             await cur.execute("DELETE FROM unsee_world WHERE thread_id = %s", (thread_id,))
 
-    async def aerase(self, thread_id, keep: set[str]) -> dict:
+    async def aerase(self, thread_id, keep: set) -> dict:
         counts = {}
         async with self.saver.lock, self._aconn() as conn:
             self._refuse(conn, self.saver.pipe)
             async with conn.transaction(), self._cur(conn) as cur:
                 await cur.execute(PG_LEDGER)
                 for table, sql in PG_ERASE:
-                    await cur.execute(sql, (thread_id, sorted(keep)))
+                    await cur.execute(sql, (thread_id, kept_keys(keep)))
                     counts[table] = cur.rowcount
             async with self._cur(conn) as cur:
                 for table in PG_VACUUM:

@@ -42,6 +42,17 @@ class Row:
     result: str
 
 
+def kept_pairs(keep) -> set[tuple[str, str]]:
+    """The checkpoints an erase keeps, as (namespace, checkpoint id): an id alone is the parent
+    graph's (namespace '')."""
+    return {k if isinstance(k, tuple) else ("", k) for k in keep}
+
+
+def kept_keys(keep) -> list[str]:
+    """`kept_pairs` as the SQL of the Postgres adapter compares them: namespace, chr(31), id."""
+    return sorted(f"{ns}\x1f{cid}" for ns, cid in kept_pairs(keep))
+
+
 def _chunks(xs, n=500):
     xs = list(xs)
     for i in range(0, len(xs), n):
@@ -125,13 +136,14 @@ class SqliteAdapter(Adapter):
             cur.execute("DELETE FROM unsee_world WHERE thread_id = ?", (thread_id,))
 
     def _drops(self, rows, keep) -> list:
-        return sorted({(ns, cid) for ns, cid in rows if ns != "" or cid not in keep})
+        keep = kept_pairs(keep)
+        return sorted({(ns, cid) for ns, cid in rows if (ns, cid) not in keep})
 
     DELETE = "DELETE FROM {t} WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id IN ({q})"
 
     def erase(self, thread_id, keep: set[str]) -> dict:
-        """Delete every checkpoint and write of the thread but the head's lineage `keep` (other
-        namespaces too), with secure_delete on; then VACUUM and truncate the WAL."""
+        """Delete every checkpoint and write of the thread but those kept (`keep`: the head's lineage
+        and its subgraphs' checkpoints), with secure_delete on; then VACUUM and truncate the WAL."""
         with self.saver.lock:
             conn = self.saver.conn
             conn.commit()
@@ -287,17 +299,18 @@ class MemoryAdapter(Adapter):
 
     def erase(self, thread_id, keep: set[str]) -> dict:
         s = self.saver
+        keep = kept_pairs(keep)
         counts = {"checkpoints": 0, "writes": 0, "blobs": 0}
         versions = set()
         for ns, by_id in list(s.storage.get(thread_id, {}).items()):
             for cid in list(by_id):
-                if ns == "" and cid in keep:
+                if (ns, cid) in keep:
                     cp = s.serde.loads_typed(by_id[cid][0])
                     versions |= {(ns, ch, v) for ch, v in cp.get("channel_versions", {}).items()}
                 else:
                     del by_id[cid]
                     counts["checkpoints"] += 1
-        for key in [k for k in s.writes if k[0] == thread_id and not (k[1] == "" and k[2] in keep)]:
+        for key in [k for k in s.writes if k[0] == thread_id and (k[1], k[2]) not in keep]:
             counts["writes"] += len(s.writes.pop(key))
         for key in [k for k in s.blobs if k[0] == thread_id and (k[1], k[2], k[3]) not in versions]:
             del s.blobs[key]
