@@ -2,7 +2,7 @@
 
 A checkpointer it does not know the storage of (a custom `BaseCheckpointSaver`, even a subclass
 of a known one), a graph without a checkpointer, a graph with static interrupts, a thread
-interrupted (paused, or resumed after a human's answer), changed by `update_state`, run with
+changed by `update_state`, run with
 durability="exit", a removal of a message the replay may write under another id, a sync forget
 on an async checkpointer (the error names `aforget`) and the reverse: each is refused and the
 thread's checkpoints are byte for byte what they were. `deterministic(model)` refuses a model it
@@ -21,7 +21,7 @@ pytest.importorskip("langgraph", reason="install the test extras: bash scripts/s
 
 from langchain.agents import create_agent
 from langchain_core.language_models.chat_models import BaseChatModel
-from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
+from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, SystemMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -92,7 +92,7 @@ def interrupting(path):
     """A graph whose node asks a human (LangGraph's interrupt())."""
     def ask(state: MessagesState):
         answer = interrupt("may I book?")
-        return {"messages": [AIMessage(f"you said {answer}", id=f"a{len(state['messages'])}")]}
+        return {"messages": [SystemMessage(f"you said {answer}", id=f"a{len(state['messages'])}")]}
 
     b = StateGraph(MessagesState)
     b.add_node("ask", ask)
@@ -101,15 +101,23 @@ def interrupting(path):
     return b.compile(checkpointer=SqliteSaver(sqlite3.connect(str(path), check_same_thread=False)))
 
 
-def test_an_interrupted_turn_is_refused_paused_or_resumed(tmp_path):
+def test_an_interrupted_turn_is_forgotten_paused_or_resumed(tmp_path):
+    """Once refused, now replayed: a thread paused at an interrupt() is forgotten as it stands (the
+    replay pauses at the same question), and after the human's answer the answer is replayed where
+    the same question is asked; no byte of the secret is left."""
     path = tmp_path / "a.sqlite"
     g = interrupting(path)
     g.invoke({"messages": [("user", SECRET)]}, CFG)
     assert g.get_state(CFG).next == ("ask",)
-    refused(lambda: L.forget(g, "t1", ["t1.1"]), path, "interrupted")
+    assert L.forget(g, "t1", ["t1.1"]).stopped == {}
+    assert [i.value for i in g.get_state(CFG).interrupts] == ["may I book?"]
+    g.invoke({"messages": [("user", SECRET)]}, CFG)  # a new turn on the paused thread
     g.invoke(Command(resume="yes"), CFG)
-    assert g.get_state(CFG).next == ()
-    refused(lambda: L.forget(g, "t1", ["t1.1"]), path, r"interrupted \(human in the loop\)")
+    receipt = L.forget(g, "t1", ["t2.1"])
+    assert receipt.stopped == {} and receipt.transitions == 2
+    assert [m.content for m in g.get_state(CFG).values["messages"]] == ["you said yes"]
+    g.checkpointer.conn.commit()
+    assert SECRET.encode() not in stored(path)
 
 
 def test_a_thread_changed_by_update_state_is_refused(tmp_path):

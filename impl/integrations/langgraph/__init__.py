@@ -37,7 +37,7 @@ from unsee.impl.integrations.langgraph.compare import acompare_threads, compare_
 from unsee.impl.integrations.langgraph.forget import (
     ThreadReceipt, aforget, asources, forget, forgettable, sources, thread_graph, thread_log,
 )
-from unsee.impl.integrations.langgraph.inputs import message_id
+from unsee.impl.integrations.langgraph.inputs import message_id, source_value
 from unsee.impl.integrations.langgraph.history import erase_branches, lineage, turns
 from unsee.impl.integrations.langgraph.kit import (
     GraphRuntime, langgraph_tiny_llama, react_agent, same_thread, summarizing_agent,
@@ -49,6 +49,6 @@ __all__ = [
     "DeclaredDeterministic", "GraphRuntime", "KVContext", "MarkedTool", "ThreadReceipt", "UnseeChatModel", "World",
     "acompare_threads", "adapter", "aforget", "asources", "compare_threads", "consequential", "deterministic",
     "erase_branches", "forget", "forgettable", "langgraph_tiny_llama", "lineage", "message_id", "react_agent",
-    "read_only", "same_thread", "source_message", "sources", "summarizing_agent", "thread_graph", "thread_log",
+    "read_only", "same_thread", "source_message", "source_value", "sources", "summarizing_agent", "thread_graph", "thread_log",
     "turns",
 ]

@@ -3,8 +3,9 @@
 `compare_threads(graph_a, thread_a, graph_b, thread_b, llm_a=None, llm_b=None)` compares, turn
 for turn, the state each turn ended at (R_1..R_T, read from each graph's checkpointer: every
 state value, messages field by field with their ids, tool calls and their JSON arguments, the
-tokens `UnseeChatModel` recorded) and, given the two `UnseeChatModel`s, the K/V each engine
-holds, tensor by tensor under `torch.equal`. It returns one line per difference, empty when the
+tokens `UnseeChatModel` recorded), every subgraph checkpoint written under those turns (in order,
+by the subgraph's node name: a namespace's task id differs between two runs) and, given the two
+`UnseeChatModel`s, the K/V each engine holds, tensor by tensor under `torch.equal`. It returns one line per difference, empty when the
 threads are identical. `acompare_threads` is its twin for graphs on an async checkpointer.
 """
 
@@ -12,7 +13,9 @@ from __future__ import annotations
 
 from langchain_core.messages import BaseMessage
 
-from unsee.impl.integrations.langgraph.history import alineage, lineage, turns_of
+from unsee.impl.integrations.langgraph.history import (
+    aall_checkpoints, alineage, all_checkpoints, lineage, subgraph_checkpoints, turns_of,
+)
 
 _SHOW = 60
 
@@ -80,11 +83,23 @@ def diff_kv(llm_a, llm_b) -> list[str]:
     return out
 
 
-def _diff(line_a, line_b, thread_a, thread_b, llm_a, llm_b) -> list[str]:
+def _node_ns(t) -> str:
+    """A subgraph checkpoint's namespace without its task ids: `parent_node|child_node`."""
+    return "|".join(p.split(":")[0] for p in t.config["configurable"]["checkpoint_ns"].split("|"))
+
+
+def _diff(line_a, line_b, thread_a, thread_b, llm_a, llm_b, all_a=(), all_b=()) -> list[str]:
     ta, tb = turns_of(line_a, thread_a), turns_of(line_b, thread_b)
     out = [] if len(ta) == len(tb) else [f"turns: {len(ta)} != {len(tb)}"]
     for x, y in zip(ta, tb):
         out += diff_values(_values(x.end), _values(y.end), f"turn {x.index}: ")
+    sa, sb = subgraph_checkpoints(all_a, line_a), subgraph_checkpoints(all_b, line_b)
+    if len(sa) != len(sb):
+        out.append(f"subgraph checkpoints: {len(sa)} != {len(sb)}")
+    for i, (x, y) in enumerate(zip(sa, sb)):
+        if _node_ns(x) != _node_ns(y):
+            out.append(f"subgraph checkpoint {i}: namespace {_node_ns(x)!r} != {_node_ns(y)!r}")
+        out += diff_values(_values(x), _values(y), f"subgraph checkpoint {i} ({_node_ns(x)}): ")
     if not ta and not tb:
         out.append("neither thread has a turn")
     if (llm_a is None) != (llm_b is None):
@@ -99,10 +114,12 @@ def compare_threads(graph_a, thread_a: str, graph_b, thread_b: str, llm_a=None, 
     module): each turn's state, messages with ids, and the K/V of `llm_a` and `llm_b` where given.
     Empty when they are identical."""
     return _diff(lineage(graph_a.checkpointer, thread_a), lineage(graph_b.checkpointer, thread_b),
-                 thread_a, thread_b, llm_a, llm_b)
+                 thread_a, thread_b, llm_a, llm_b, all_checkpoints(graph_a.checkpointer, thread_a),
+                 all_checkpoints(graph_b.checkpointer, thread_b))
 
 
 async def acompare_threads(graph_a, thread_a: str, graph_b, thread_b: str, llm_a=None, llm_b=None) -> list[str]:
     """`compare_threads` for graphs on an async checkpointer."""
     return _diff(await alineage(graph_a.checkpointer, thread_a), await alineage(graph_b.checkpointer, thread_b),
-                 thread_a, thread_b, llm_a, llm_b)
+                 thread_a, thread_b, llm_a, llm_b, await aall_checkpoints(graph_a.checkpointer, thread_a),
+                 await aall_checkpoints(graph_b.checkpointer, thread_b))

@@ -17,8 +17,13 @@ What a graph must satisfy (each checked before anything is written, with an erro
 - every model reply from `UnseeChatModel`, or from a model declared with `deterministic(model)`
   (the receipt then says `exactness="declared"`: replayed, not checked);
 - every tool of every `ToolNode` marked `read_only(...)` or `consequential(...)`;
-- a thread of whole turns (`history.check_history`: no interrupt, update_state, failed step,
-  subgraph checkpoints or durability="exit").
+- a thread of whole turns (`history.check_history`: no update_state, failed step, several
+  interrupts pending at once or durability="exit"); a resume (`Command(resume=...)`) is a turn of
+  its own, replayed where the replay asks the same question (else the replay stops there:
+  `ThreadReceipt.stopped`); subgraph checkpoints are replayed and erased with the parent's;
+- no store, and the runtime context passed where the graph has a `context_schema`.
+Every input key is read (`inputs.values_of`), and each turn replays with the `configurable` keys
+its checkpoint recorded.
 `forgettable(graph)` checks the first and third when the graph is built, and gives every message
 that arrives without an id one derived from its place (`message_id`), so a forgotten thread
 and a fresh one carry the same ids.
@@ -36,7 +41,8 @@ from unsee.impl.integrations.langgraph.chat import kind_of
 from unsee.impl.integrations.langgraph.checkpointers import adapter
 from unsee.impl.integrations.langgraph.declared import exactness
 from unsee.impl.integrations.langgraph.history import (
-    aall_checkpoints, alineage, all_checkpoints, check_history, checkpoint_id, config_at, kept_with_subgraphs, lineage,
+    aall_checkpoints, alineage, all_checkpoints, check_history, checkpoint_id, config_at, interrupts, kept_with_subgraphs,
+    lineage,
 )
 from unsee.impl.integrations.langgraph.inputs import (
     ThreadInputs, input_of, keep_tags, messages_in, messages_of, part_text, provenance_ids, read_inputs, tag_of,
@@ -70,6 +76,9 @@ class ThreadReceipt(Receipt):
     blobs_deleted: int = 0
     ledger_redacted: int = 0  # ledger rows whose arguments and result were erased (redact_ledger=True)
     tools_served: int = 0  # read-only calls answered with what they returned before
+    # where the replay stopped at a pending interrupt, the twin's human not having answered yet:
+    # {"turn": the first turn not replayed, "why": ..., "asked": the replay's questions there}; {} if it did not
+    stopped: dict = field(default_factory=dict)
 
 
 def artifacts_of(log: Sequence[Observation]) -> tuple[Artifact, ...]:
@@ -88,11 +97,12 @@ def artifacts_of(log: Sequence[Observation]) -> tuple[Artifact, ...]:
     return tuple(out)
 
 
-def session_of(log: Sequence[Observation], world=()) -> Session:
-    """The thread as a session of the model (observations, G_T, a checkpoint at every boundary)."""
+def session_of(log: Sequence[Observation], world=(), paused=frozenset()) -> Session:
+    """The thread as a session of the model (observations, G_T, a checkpoint at every boundary
+    but those `paused` at an interrupt: a fork there would find the old branch's answer)."""
     cfg = Config()
     state = State(cfg, turn=len(log), artifacts=artifacts_of(log))
-    checkpoints = tuple(Checkpoint(b, 0, f"thread:{b}", "", ()) for b in range(len(log) + 1))
+    checkpoints = tuple(Checkpoint(b, 0, f"thread:{b}", "", ()) for b in range(len(log) + 1) if b not in paused)
     return Session(cfg, "every", tuple(log), (state,), checkpoints, world=tuple(world))
 
 
@@ -153,14 +163,15 @@ def _recorded(tuples) -> dict:
     return out
 
 
-def drafts_of(tuples) -> dict:
+def drafts_of(line, turns_) -> dict:
     """turn → [(kind, tokens)]: the replies UnseeChatModel wrote on a branch (kind "call": a tool
     call's JSON arguments, "reply": a text reply), in order, for a replay to check as drafts."""
     out: dict = {}
     seen: set = set()
     turn = 0
-    for t in tuples:
-        turn += t.metadata.get("source") == "input"
+    for i, t in enumerate(line):
+        while turn < len(turns_) and turns_[turn].first <= i:
+            turn += 1
         for m in messages_in(t):
             meta = m.additional_kwargs.get("unsee") or {} if isinstance(m, AIMessage) else {}
             if m.id in seen or "tokens" not in meta:
@@ -222,8 +233,8 @@ def _graph_adapter(graph):
     if stops:
         raise UnseeError(f"the graph interrupts before or after nodes {stops}: a turn paused there and resumed "
                          "with invoke(None) leaves no mark in its checkpoints, and a replay of its input would stop "
-                         "there; compile it without interrupt_before/interrupt_after (interrupt() inside a node "
-                         "is seen, and refused where a thread used it)")
+                         "there; compile it without interrupt_before/interrupt_after and call interrupt() inside "
+                         "the node instead (a forget replays its resumes)")
     return ad
 
 
@@ -242,20 +253,22 @@ class _Job:
     how: str
     replay: Replay
     replayed: list = field(default_factory=list)
+    stopped: dict = field(default_factory=dict)  # where a replay ended at a pending interrupt, and why
 
     @classmethod
     def prepare(cls, thread_id, srcs, method, checkpoint, tuples, pending, rows) -> "_Job":
         line = check_history(tuples, thread_id, tuple(pending or ()))
         th = read_inputs(line, thread_id)
         raw, rows = rows, resolve(rows, tuples)
-        s = session_of(th.log, [LedgerEntry(r.call_id, r.tool, r.args, r.turn) for r in rows])
+        paused = {t.index - 1 for t in th.turns if t.resumed}  # R_b where turn b+1 resumes an interrupt
+        s = session_of(th.log, [LedgerEntry(r.call_id, r.tool, r.args, r.turn) for r in rows], paused)
         plan = plan_forget(s, srcs, checkpoint, reset=method == "B5")  # lines 1–4
         old = line
         how = exactness([m for t in old for m in messages_in(t)], th.input_ids)
         replay = Replay(recorded=_recorded(old), committed={r.call_id: LedgerEntry(r.call_id, r.tool, r.args, r.turn)
                                                             for r in rows},
                         results={r.call_id: r.result for r in rows},
-                        drafts=drafts_of(old) if method == "B7" else {})
+                        drafts=drafts_of(old, th.turns) if method == "B7" else {})
         job = cls(thread_id, method, th, raw, rows, plan, s, how, replay)
         job._check_removals()
         return job
@@ -280,24 +293,43 @@ class _Job:
                     present.add(m.id)
 
     def steps(self):
-        """(input, config) of each replayed turn, c+1..T, on the sanitized inputs (lines 5–10): each
-        input key re-given without the forgotten parts, and the config the turn ran with (its
-        `configurable` keys, as LangGraph recorded them in the turn's checkpoint metadata)."""
+        """(input, config, asked) of each replayed turn, c+1..T, on the sanitized inputs (lines
+        5–10): each input key re-given without the forgotten parts, and the config the turn ran
+        with (its `configurable` keys, as LangGraph recorded them in the turn's checkpoint
+        metadata). A resume turn's input is `Command(resume=answer)` and `asked` the questions its
+        human answered: the caller resumes only where the replay asks the same (`stop` otherwise).
+        A resume whose answer is forgotten stops the replay: the twin stands before its human answered."""
+        from langgraph.types import Command
+
         c = self.plan.boundary
         fork = config_at(self.thread_id, self.th.turns, c)["configurable"]  # line 5: the fork
         for t in self.th.turns[c:]:
             i = t.index - 1
             o = sanitize(self.th.log[i], self.plan.sources)
+            if t.resumed and not o.parts:
+                self.stop(t.index, "its answer was forgotten")
+                return
             self.replayed.append(o)
             self.replay.turn, self.replay.seen = t.index, {}
+            config = {"configurable": recorded_config(t.start.metadata) | {"thread_id": self.thread_id} | fork}
+            fork = {}
+            if t.resumed:
+                yield Command(resume=t.resume), config, interrupts(t.start)
+                continue
             kept = {(p.source, p.text) for p in o.parts}
             values = {(v.source, v.text) for v in self.th.values[i]}
             said = Observation(o.kind, tuple(p for p in o.parts if (p.source, p.text) not in values))
             msgs = messages_of(said, self.th.messages[i], self.th.sources[i], self.th.raws[i])
             inp = ({"messages": msgs} if msgs or "messages" in t.input else {}) | input_of(self.th.values[i], kept, t.input)
             inp = {k: inp[k] for k in t.input if k in inp}  # the keys in the order the turn gave them
-            yield inp, {"configurable": recorded_config(t.start.metadata) | {"thread_id": self.thread_id} | fork}
-            fork = {}
+            yield inp, config, None
+
+    def stop(self, turn: int, why: str, asked=None) -> None:
+        """The replay ends before `turn`: the thread stays paused at the interrupt there, as the
+        twin stands before its human answers; the turns from `turn` on are not replayed."""
+        if asked is not None:
+            self.replayed.pop()  # the resume was not run
+        self.stopped = {"turn": turn, "why": why} | ({} if asked is None else {"asked": asked})
 
     def ledger(self, redact: bool) -> tuple[list[Row], list[dict], list[str], int]:
         """The ledger rows to write (turns resolved, and with `redact` the arguments and result of each
@@ -324,7 +356,7 @@ class _Job:
                              exactness=self.how, checkpointer=kind, fork_checkpoint_id=fork,
                              head_checkpoint_id=checkpoint_id(line[-1]), checkpoints_deleted=erased["checkpoints_deleted"],
                              writes_deleted=erased["writes_deleted"], blobs_deleted=erased["blobs_deleted"],
-                             ledger_redacted=redacted, tools_served=self.replay.served)
+                             ledger_redacted=redacted, tools_served=self.replay.served, stopped=dict(self.stopped))
 
 
 NOTHING = {"checkpoints_deleted": 0, "writes_deleted": 0, "blobs_deleted": 0}
@@ -336,6 +368,19 @@ def recorded_config(metadata) -> dict:
     metadata (`get_checkpoint_metadata`: strings, numbers and booleans whose key does not start
     with "__"; the config's `metadata` entries are copied there too, and come back as configurable)."""
     return {k: v for k, v in (metadata or {}).items() if k not in LANGGRAPH_METADATA and not k.startswith("__")}
+
+
+STOP_OTHER = "the replay asks another question than the one its human answered"
+STOP_NONE = "the replay asks no question where its human answered one"
+
+
+def _head(thread_id: str) -> dict:
+    return {"configurable": {"thread_id": thread_id}}
+
+
+def _asked(snapshot) -> list:
+    """The questions of the interrupts a thread's head is paused at."""
+    return [i.value for i in snapshot.interrupts]
 
 
 def _replay_failed(e: Exception, t: int) -> UnseeError:
@@ -390,7 +435,10 @@ def forget(graph, thread_id: str, sources: Sequence[str], method: str = "B7", ch
     job = _prepare(thread_id, sources, method, checkpoint, tuples, pending, ad.rows(thread_id))
     token = REPLAY.set(job.replay)
     try:
-        for inp, cfg in job.steps():
+        for inp, cfg, asked in job.steps():
+            if asked is not None and (now := _asked(graph.get_state(_head(thread_id)))) != asked:
+                job.stop(job.replay.turn, STOP_OTHER if now else STOP_NONE, now)
+                break
             try:  # the graph's own durability: "sync" breaks a subgraph compiled with checkpointer=False
                 graph.invoke(inp, cfg, **extra)
             except Exception as e:
@@ -425,7 +473,10 @@ async def aforget(graph, thread_id: str, sources: Sequence[str], method: str = "
     job = _prepare(thread_id, sources, method, checkpoint, tuples, pending, await ad.arows(thread_id))
     token = REPLAY.set(job.replay)
     try:
-        for inp, cfg in job.steps():
+        for inp, cfg, asked in job.steps():
+            if asked is not None and (now := _asked(await graph.aget_state(_head(thread_id)))) != asked:
+                job.stop(job.replay.turn, STOP_OTHER if now else STOP_NONE, now)
+                break
             try:
                 await graph.ainvoke(inp, cfg, **extra)
             except Exception as e:

@@ -23,15 +23,27 @@ ROOT = "unsee-root"  # the checkpoint id R_0 stands for: none exists, so a fork 
 INTERRUPT, RESUME, ERROR = "__interrupt__", "__resume__", "__error__"
 
 
+NULL_TASK = "00000000-0000-0000-0000-000000000000"  # the task id LangGraph writes an invocation's resume under
+NO_RESUME = object()
+
+
 @dataclass(frozen=True)
 class Turn:
-    """One transition of a thread: its input (channel → value) and the checkpoint it ended at."""
+    """One transition of a thread: its input (channel → value) and the checkpoint it ended at. A
+    resume (`invoke(Command(resume=v))` on a thread paused at an `interrupt()`) is a turn of its
+    own: its input is the answer `v`, and it starts at the checkpoint the thread paused at."""
 
     index: int  # t, 1..T
     input: dict
     end: object  # the CheckpointTuple of R_t
-    start: object = None  # the input checkpoint
+    start: object = None  # the input checkpoint (a resume: the checkpoint it resumed)
     after: object = None  # the first checkpoint after the input was applied (None: the turn had no step)
+    resume: object = NO_RESUME  # a resume turn's answer
+    first: int = 0  # the place in the lineage of the first checkpoint the turn wrote
+
+    @property
+    def resumed(self) -> bool:
+        return self.resume is not NO_RESUME
 
 
 def checkpoint_id(t) -> str:
@@ -73,18 +85,50 @@ async def alineage(saver, thread_id: str) -> list:
     return line_of([t async for t in saver.alist({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})])
 
 
-def turns_of(line, thread_id: str) -> list[Turn]:
-    """T turns of a lineage, with the input each one was invoked on."""
-    starts = [i for i, t in enumerate(line) if t.metadata.get("source") == "input"]
+def resumes(t) -> list:
+    """The answers a checkpoint was resumed with (one per `Command(resume=...)` invocation)."""
+    return [v for task, ch, v in t.pending_writes or () if ch == RESUME and task == NULL_TASK]
+
+
+def interrupts(t) -> list:
+    """The values of the interrupts pending at a checkpoint (the questions a human was asked)."""
     out = []
-    for k, i in enumerate(starts):
-        end = starts[k + 1] - 1 if k + 1 < len(starts) else len(line) - 1
+    for _task, ch, v in t.pending_writes or ():
+        if ch == INTERRUPT:
+            out += [getattr(i, "value", i) for i in (v if isinstance(v, (list, tuple)) else [v])]
+    return out
+
+
+def turns_of(line, thread_id: str) -> list[Turn]:
+    """T turns of a lineage, with the input each one was invoked on: each "input" checkpoint
+    starts a turn, and so does each resume of a checkpoint paused at an interrupt."""
+    starts = []  # (place in the lineage, the resume's answer or NO_RESUME)
+    for i, t in enumerate(line):
+        if t.metadata.get("source") == "input":
+            starts.append((i, NO_RESUME))
+        for v in resumes(t):
+            starts.append((i, v))
+    out = []
+    for k, (i, answer) in enumerate(starts):
+        resumed = answer is not NO_RESUME
+        if k + 1 < len(starts):
+            j, nxt = starts[k + 1]
+            end = j if nxt is not NO_RESUME else j - 1  # a resume starts where the turn before it paused
+        else:
+            end = len(line) - 1
         if end <= i:
+            if resumed or (k + 1 < len(starts) and starts[k + 1][1] is not NO_RESUME):
+                raise UnseeError(f"thread {thread_id!r}: turn {k + 1} paused at an interrupt() before it wrote a checkpoint "
+                                 "(in the turn's first step, or again at once after a resume); a forget cannot tell "
+                                 "the turn's input from its answer there: ask in a later step of the turn")
             raise UnseeError(f"thread {thread_id!r}: turn {k + 1} was interrupted before its first step; "
                              "finish or discard it (graph.invoke(None, config)) before a forget")
-        inp = {ch: v for _task, ch, v in line[i].pending_writes or () if not ch.startswith("branch:")
-               and not ch.startswith("__")}
-        out.append(Turn(k + 1, inp, line[end], line[i], line[i + 1]))
+        if resumed:
+            out.append(Turn(k + 1, {}, line[end], line[i], line[i + 1], answer, i + 1))
+        else:
+            inp = {ch: v for _task, ch, v in line[i].pending_writes or () if not ch.startswith("branch:")
+                   and not ch.startswith("__")}
+            out.append(Turn(k + 1, inp, line[end], line[i], line[i + 1], NO_RESUME, i))
     return out
 
 
@@ -99,10 +143,10 @@ async def aturns(saver, thread_id: str) -> list[Turn]:
 
 def check_history(tuples, thread_id: str, pending: tuple = ()) -> list:
     """The head's lineage of a thread a forget can replay, or an error that says why not: a thread
-    not checkpointed at every step
-    (durability="exit"), a state changed by `update_state` rather than by a turn, an interrupt
-    (human in the loop) or a failed step anywhere on the lineage, or a last turn that has not
-    finished (`pending`: the head's next nodes, `graph.get_state(config).next`)."""
+    not checkpointed at every step (durability="exit"), a state changed by `update_state` rather
+    than by a turn, several interrupts pending at once, a failed step anywhere on the lineage, or a
+    last turn that has not finished (`pending`: the head's next nodes, `graph.get_state(config).next`)
+    other than by pausing at an `interrupt()`."""
     line = line_of(tuples)
     if not line:
         raise UnseeError(f"thread {thread_id!r} has no checkpoints in this graph's checkpointer")
@@ -117,15 +161,15 @@ def check_history(tuples, thread_id: str, pending: tuple = ()) -> list:
             raise UnseeError(f"thread {thread_id!r} was not checkpointed at every step (run with "
                              "durability='exit'?): its turns cannot be told apart; run the graph with "
                              "durability='async' (the default) or 'sync'")
+        if len(interrupts(t)) > 1:
+            raise UnseeError(f"thread {thread_id!r}: several interrupts were pending at once at checkpoint "
+                             f"{checkpoint_id(t)} (parallel nodes each asking); a forget replays one answer per "
+                             "resume and cannot match them to the replay's interrupts: ask one question at a time")
         for _task, ch, _v in t.pending_writes or ():
-            if ch in (INTERRUPT, RESUME):
-                raise UnseeError(f"thread {thread_id!r} was interrupted (human in the loop) at checkpoint {checkpoint_id(t)}; "
-                                 "a forget replays each turn from its input alone and cannot replay a resume: "
-                                 "it cannot forget on this thread")
             if ch == ERROR:
                 raise UnseeError(f"thread {thread_id!r}: a step failed at checkpoint {checkpoint_id(t)} and its turn did not "
                                  "finish; a forget replays whole turns only")
-    if pending:
+    if pending and not (interrupts(line[-1]) and not resumes(line[-1])):  # paused at an interrupt: a turn's end
         raise UnseeError(f"thread {thread_id!r}: its last turn has not finished (next: {list(pending)}); finish it "
                          "(graph.invoke(None, config)) before a forget")
     return line

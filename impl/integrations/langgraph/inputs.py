@@ -238,15 +238,16 @@ class SourcedSerde:
         plain = self._plain(obj, (), tags)
         if not tags:
             return self.inner.dumps_typed(obj)
-        typ, data = self.inner.dumps_typed(plain)
-        return self.TYPE, json.dumps([typ, data.hex(), tags]).encode()
+        typ, data = self.inner.dumps_typed(plain)  # the value's bytes as the inner serializer writes them
+        return self.TYPE, json.dumps([typ, tags]).encode() + b"\n" + data
 
     def loads_typed(self, data):
         typ, blob = data
         if typ != self.TYPE:
             return self.inner.loads_typed(data)
-        inner_typ, hexed, tags = json.loads(blob)
-        obj = self.inner.loads_typed((inner_typ, bytes.fromhex(hexed)))
+        head, _, body = blob.partition(b"\n")
+        inner_typ, tags = json.loads(head)
+        obj = self.inner.loads_typed((inner_typ, body))
         for path, source in tags:
             obj = self._tag(obj, tuple(path), source)
         return obj
@@ -280,6 +281,11 @@ def read_inputs(line, thread_id: str) -> ThreadInputs:
     hist = turns_of(line, thread_id)
     raws, msgs, srcs, log, removed, input_ids, values = [], [], [], [], {}, set(), []
     for t in hist:
+        if t.resumed:  # a human's answer: one part, tagged by source_value or named t<turn>.resume
+            vs = [Value("resume", None, t.resume, value_tag(t.resume) or f"t{t.index}.resume")]
+            raws.append([]), msgs.append([]), srcs.append([]), values.append(vs)
+            log.append(Observation("user", tuple(Part(v.source, v.text) for v in vs)))
+            continue
         raw, ms = input_messages(t.input.get("messages"))
         before = {m.id for m in messages_in(t.start)}
         new = [m for m in messages_in(t.after) if m.id not in before]

@@ -116,24 +116,28 @@ class World:
 
 
 def resolve(rows, tuples) -> list:
-    """The ledger's rows with each turn and call id set: the turn is the number of input
-    checkpoints from the thread's root to the checkpoint the call's step ran from; the call id is
+    """The ledger's rows with each turn and call id set: the turn is the number of turns started
+    (input checkpoints and resumes) from the thread's root to the checkpoint the call's step ran from; the call id is
     `call_key` with `#k` for the k-th identical call of a turn (in the order the calls fired).
     A row whose checkpoint the checkpointer does not hold is refused with why."""
     from dataclasses import replace
 
-    parent, source = {}, {}
+    from unsee.impl.integrations.langgraph.history import resumes
+
+    parent, starts = {}, {}
     for t in tuples:
         conf = t.config["configurable"]
         if conf.get("checkpoint_ns", "") == "":
             cid = conf["checkpoint_id"]
             parent[cid] = (t.parent_config or {}).get("configurable", {}).get("checkpoint_id")
-            source[cid] = t.metadata.get("source")
+            # the turns that start here: an input, and each resume (a call that ran from a checkpoint
+            # paused at an interrupt ran after its resume: the task had stopped at the interrupt)
+            starts[cid] = (t.metadata.get("source") == "input") + len(resumes(t))
 
     def turn_of(cid):
         n = 0
         while cid in parent:
-            n += source[cid] == "input"
+            n += starts[cid]
             cid = parent[cid]
         return n
 
