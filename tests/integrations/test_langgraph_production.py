@@ -41,6 +41,7 @@ from unsee.impl.integrations import langgraph as L
 from unsee.impl.integrations.langgraph.history import lineage, turns_of
 from unsee.model.errors import UnseeError
 from tests.integrations import heldout_production_agents as H
+from tests.integrations.test_langgraph_checkpointers import Store
 
 SECRET = "passport P4471902 diagnosed with epilepsy"
 SID = "secret"
@@ -91,7 +92,7 @@ def sweep_graph(saver, context=False, ask=False):
         return {"messages": [llm.invoke([SystemMessage("Notes: " + state["digest"][-300:])] + state["messages"])]}
 
     def approve(state: Sweep):
-        if "book" in str(state["messages"][-2].content):
+        if len(state["messages"]) > 1 and "book" in str(state["messages"][-2].content):
             answer = interrupt("Shall I book it?")
             return {"note": f"approved: {answer}"}
         return {}
@@ -152,7 +153,13 @@ CASES = {
                         turn(messages=[("user", "thanks")])],
         [turn(messages=[("user", "book a table")])], SID),
     "update_state value": ({}, [turn(messages=[("user", "hi")]), ("update", {"note": L.source_value(SECRET, SID)}),
-                                turn(messages=[("user", "bye")])], None, SID),
+                                turn(messages=[("user", "bye")])],
+                           [turn(messages=[("user", "hi")]), ("update", {}), turn(messages=[("user", "bye")])], SID),
+    "update_state value (named by its place)": (
+        {}, [turn(messages=[("user", "hi")]), ("update", {"note": "kept", "docs": ["a", SECRET]}),
+             turn(messages=[("user", "bye")])],
+        [turn(messages=[("user", "hi")]), ("update", {"note": "kept", "docs": ["a"]}), turn(messages=[("user", "bye")])],
+        "t2.docs.2"),
     "config value": ({}, [turn(messages=[("user", "hi")]), turn(messages=[("user", "bye")])], None, SID),
     "context value": ({"context": True}, [turn(messages=[("user", "hi")]), turn(messages=[("user", "bye")])], None, SID),
 }
@@ -188,7 +195,10 @@ def test_every_input_kind_is_exact_or_refused_before_a_byte_changes(kind, tmp_pa
     drive(twin, "t1", without, kind)
     assert L.compare_threads(graph, "t1", twin, "t1", llm_a=llm, llm_b=twin_llm) == []
     assert SECRET.encode() not in file_bytes(path) and b"P4471902" not in file_bytes(path)
-    assert receipt.transitions == (receipt["T"] - receipt["tau"] + 1 if not receipt.stopped else receipt.transitions)
+    # T−τ+1, or one more per turn between c and τ where a fork at τ−1 would find an old resume or edit
+    last = receipt.stopped["turn"] - 1 if receipt.stopped else receipt["T"]  # a stopped replay ends before that turn
+    assert receipt.transitions == last - receipt["checkpoint"]
+    assert receipt["T"] - receipt["checkpoint"] >= receipt["T"] - receipt["tau"] + 1
 
 
 def test_a_refusal_names_where_a_source_can_be():
@@ -264,23 +274,87 @@ def run_with(shape, driver, saver, secret, monkeypatch):
     return graph, llm, counters
 
 
-@pytest.mark.parametrize("saver", ["memory", "sqlite"])
+@pytest.mark.parametrize("saver", ["memory", "sqlite", "postgres"])
 @pytest.mark.parametrize("shape", list(H.SHAPES))
-def test_heldout_production_agents_forget_exactly(shape, saver, tmp_path, monkeypatch):
-    path = tmp_path / "a.sqlite"
+def test_heldout_production_agents_forget_exactly(shape, saver, tmp_path, monkeypatch, request):
+    store = Store(saver, tmp_path / "a.sqlite", request.getfixturevalue("postgres") if saver == "postgres" else None)
     asked: dict = {}
-    graph, llm, counters = run_with(shape, recording(asked), InMemorySaver() if saver == "memory" else saver_at(path),
-                                    True, monkeypatch)
-    fired = dict(counters)
-    receipt = L.forget(graph, "t1", [H.SECRET_ID])
-    assert receipt.exactness == "checked"
-    assert counters == fired, "a consequential tool ran again in the replay"
-    twin, twin_llm, _ = run_with(shape, twin_driver(asked), InMemorySaver(), False, monkeypatch)
-    assert L.compare_threads(graph, "t1", twin, "t1", llm_a=llm, llm_b=twin_llm) == []
-    if not receipt.stopped:
-        assert receipt.transitions == receipt["T"] - receipt["tau"] + 1
-    if shape.startswith("subgraph_node") or shape.startswith("subgraph_in"):
-        assert any(t.config["configurable"]["checkpoint_ns"] for t in graph.checkpointer.list(
-            {"configurable": {"thread_id": "t1"}})), "the shape wrote no subgraph checkpoint to compare"
-    if saver == "sqlite":
-        assert H.SECRET.encode() not in file_bytes(path) and b"P4471902" not in file_bytes(path)
+    try:
+        graph, llm, counters = run_with(shape, recording(asked), store.open(), True, monkeypatch)
+        held = store.pg.dump(store.db) if saver == "postgres" else b"".join(store.stored().values())
+        assert H.SECRET.encode() in held  # (Postgres: its ledger table exists once a tool fired or a forget ran)
+        fired = dict(counters)
+        receipt = L.forget(graph, "t1", [H.SECRET_ID])
+        assert receipt.exactness == "checked"
+        assert counters == fired, "a consequential tool ran again in the replay"
+        twin, twin_llm, _ = run_with(shape, twin_driver(asked), InMemorySaver(), False, monkeypatch)
+        assert L.compare_threads(graph, "t1", twin, "t1", llm_a=llm, llm_b=twin_llm) == []
+        last = receipt.stopped["turn"] - 1 if receipt.stopped else receipt["T"]
+        assert receipt.transitions == last - receipt["checkpoint"]
+        if shape.startswith("subgraph_node") or shape.startswith("subgraph_in"):
+            assert any(t.config["configurable"]["checkpoint_ns"] for t in graph.checkpointer.list(
+                {"configurable": {"thread_id": "t1"}})), "the shape wrote no subgraph checkpoint to compare"
+        for where, blob in store.stored().items():
+            assert H.SECRET.encode() not in blob and b"P4471902" not in blob, f"the secret is left in {where}"
+    finally:
+        store.close()
+
+
+# --- edits, ids, subgraph comparison ---------------------------------------------------------------
+
+def test_an_edit_on_a_graph_not_made_forgettable_is_refused(tmp_path):
+    """update_state records the node an edit is made as only on a forgettable graph."""
+    path = tmp_path / "a.sqlite"
+    graph, _ = sweep_graph(saver_at(path))
+    plain = graph.builder.compile(checkpointer=graph.checkpointer)  # the same graph, not made forgettable
+    cfg = {"configurable": {"thread_id": "t1"}}
+    plain.invoke({"messages": [("user", "hi")]}, cfg)
+    plain.update_state(cfg, {"note": SECRET})
+    before = file_bytes(path)
+    with pytest.raises(UnseeError, match=r"not made forgettable.*make the graph forgettable\(graph\)"):
+        L.forget(graph, "t1", ["t2.note"])
+    assert file_bytes(path) == before
+
+
+def test_an_edit_of_a_paused_thread_is_refused_and_its_advice_works():
+    """An edit made while the thread is paused at an interrupt is refused; the advice (give the
+    edit as the answer, Command(resume=...)) gives a thread the forget replays."""
+    graph, _ = sweep_graph(InMemorySaver(), ask=True)
+    cfg = {"configurable": {"thread_id": "t1"}}
+    graph.invoke({"messages": [L.source_message(SECRET, SID)]}, cfg)
+    graph.invoke({"messages": [("user", "book it")]}, cfg)
+    graph.update_state(cfg, {"note": "edited while paused"})
+    with pytest.raises(UnseeError, match=r"answer the interrupt with the edit instead \(Command\(resume=\.\.\.\)\)"):
+        L.forget(graph, "t1", [SID])
+    other, _ = sweep_graph(InMemorySaver(), ask=True)
+    other.invoke({"messages": [L.source_message(SECRET, SID)]}, cfg)
+    other.invoke({"messages": [("user", "book it")]}, cfg)
+    other.invoke(Command(resume="edited while paused"), cfg)
+    assert L.forget(other, "t1", [SID]).transitions == 3
+
+
+def test_without_forgettable_a_forget_keeps_the_ids_of_the_inputs_it_replays():
+    """LangGraph draws a random id for each message given without one; a forget on a graph not
+    made forgettable gives each replayed input the id it had."""
+    llm = L.UnseeChatModel.from_model("tiny-llama")
+    g = StateGraph(MessagesState)
+    g.add_node("model", lambda s: {"messages": [llm.invoke(s["messages"])]})
+    g.add_edge(START, "model")
+    g.add_edge("model", END)
+    graph = g.compile(checkpointer=InMemorySaver())
+    cfg = {"configurable": {"thread_id": "t1"}}
+    for m in [[("user", "hello")], [L.source_message(SECRET, SID)], [("user", "bye"), "and more"]]:
+        graph.invoke({"messages": m}, cfg)
+    humans = [m.id for m in graph.get_state(cfg).values["messages"] if m.type == "human"]
+    L.forget(graph, "t1", [SID])
+    after = [m.id for m in graph.get_state(cfg).values["messages"] if m.type == "human"]
+    assert after == [humans[0]] + humans[2:]
+
+
+def test_compare_threads_sees_a_subgraph_checkpoint_that_differs(monkeypatch):
+    """The subgraph comparison can fail: the thread with the secret and its twin differ in the
+    subgraph's checkpoints, and compare_threads names them."""
+    asked: dict = {}
+    a, llm_a, _ = run_with("subgraph_node_agent", recording(asked), InMemorySaver(), True, monkeypatch)
+    b, llm_b, _ = run_with("subgraph_node_agent", recording(asked), InMemorySaver(), False, monkeypatch)
+    assert any(d.startswith("subgraph checkpoint") for d in L.compare_threads(a, "t1", b, "t1"))

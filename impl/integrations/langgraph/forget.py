@@ -41,8 +41,8 @@ from unsee.impl.integrations.langgraph.chat import kind_of
 from unsee.impl.integrations.langgraph.checkpointers import adapter
 from unsee.impl.integrations.langgraph.declared import exactness
 from unsee.impl.integrations.langgraph.history import (
-    aall_checkpoints, alineage, all_checkpoints, check_history, checkpoint_id, config_at, interrupts, kept_with_subgraphs,
-    lineage,
+    UPDATE, aall_checkpoints, alineage, all_checkpoints, check_history, checkpoint_id, config_at, interrupts,
+    kept_with_subgraphs, lineage,
 )
 from unsee.impl.integrations.langgraph.inputs import (
     ThreadInputs, input_of, keep_tags, messages_in, messages_of, part_text, provenance_ids, read_inputs, tag_of,
@@ -99,7 +99,8 @@ def artifacts_of(log: Sequence[Observation]) -> tuple[Artifact, ...]:
 
 def session_of(log: Sequence[Observation], world=(), paused=frozenset()) -> Session:
     """The thread as a session of the model (observations, G_T, a checkpoint at every boundary
-    but those `paused` at an interrupt: a fork there would find the old branch's answer)."""
+    but those `paused`: where a resume or an edit follows, whose old answer or values are written
+    on that checkpoint, so a fork there would find them)."""
     cfg = Config()
     state = State(cfg, turn=len(log), artifacts=artifacts_of(log))
     checkpoints = tuple(Checkpoint(b, 0, f"thread:{b}", "", ()) for b in range(len(log) + 1) if b not in paused)
@@ -198,6 +199,7 @@ def forgettable(graph):
 
     _graph_adapter(graph)
     keep_tags(graph.checkpointer)
+    record_edits(graph)
     n = 0
     for ch in graph.channels.values():
         if isinstance(ch, BinaryOperatorAggregate) and (ch.operator is add_messages or
@@ -211,6 +213,30 @@ def forgettable(graph):
 
 
 # --- the forget -------------------------------------------------------------------------------------
+
+def record_edits(graph) -> None:
+    """Make the graph's `update_state`/`aupdate_state` record the node an edit is made as (in the
+    checkpoint's metadata, `history.UPDATE`), so a forget can replay the edit as it was made."""
+    if getattr(graph, "unsee_edits", False):
+        return
+    sync, async_ = graph.update_state, graph.aupdate_state
+
+    def mark(config, as_node):
+        return {**config, "metadata": {**(config.get("metadata") or {}), UPDATE: "" if as_node is None else as_node}}
+
+    def update_state(config, values, as_node=None, task_id=None):
+        return sync(mark(config, as_node), values, as_node, task_id)
+
+    async def aupdate_state(config, values, as_node=None, task_id=None):
+        return await async_(mark(config, as_node), values, as_node, task_id)
+
+    graph.update_state, graph.aupdate_state, graph.unsee_edits = update_state, aupdate_state, True
+
+
+def derives_ids(graph) -> bool:
+    """Whether the graph gives messages ids derived from their place (`forgettable`)."""
+    return any(getattr(getattr(ch, "operator", None), "unsee_provenance", False) for ch in graph.channels.values())
+
 
 def _arguments(sources_, method) -> None:
     if isinstance(sources_, str):
@@ -254,13 +280,16 @@ class _Job:
     replay: Replay
     replayed: list = field(default_factory=list)
     stopped: dict = field(default_factory=dict)  # where a replay ended at a pending interrupt, and why
+    derived_ids: bool = True  # the graph is forgettable: ids derive from the history (else the replay keeps the old ones)
 
     @classmethod
     def prepare(cls, thread_id, srcs, method, checkpoint, tuples, pending, rows) -> "_Job":
         line = check_history(tuples, thread_id, tuple(pending or ()))
         th = read_inputs(line, thread_id)
         raw, rows = rows, resolve(rows, tuples)
-        paused = {t.index - 1 for t in th.turns if t.resumed}  # R_b where turn b+1 resumes an interrupt
+        # R_b where turn b+1 resumes an interrupt or edits the state: the old branch's answer or edit is
+        # written on R_b itself (a pending write), so a fork there would find it; fork before it
+        paused = {t.index - 1 for t in th.turns if t.resumed or t.updated}
         s = session_of(th.log, [LedgerEntry(r.call_id, r.tool, r.args, r.turn) for r in rows], paused)
         plan = plan_forget(s, srcs, checkpoint, reset=method == "B5")  # lines 1–4
         old = line
@@ -296,9 +325,10 @@ class _Job:
         """(input, config, asked) of each replayed turn, c+1..T, on the sanitized inputs (lines
         5–10): each input key re-given without the forgotten parts, and the config the turn ran
         with (its `configurable` keys, as LangGraph recorded them in the turn's checkpoint
-        metadata). A resume turn's input is `Command(resume=answer)` and `asked` the questions its
-        human answered: the caller resumes only where the replay asks the same (`stop` otherwise).
-        A resume whose answer is forgotten stops the replay: the twin stands before its human answered."""
+        metadata). Each input is ("invoke", input) or, for an edit, ("update", values, as_node). A
+        resume turn's input is `Command(resume=answer)` and `asked` the questions its human
+        answered: the caller resumes only where the replay asks the same (`stop` otherwise). A
+        resume whose answer is forgotten stops the replay: the twin stands before its human answered."""
         from langgraph.types import Command
 
         c = self.plan.boundary
@@ -309,20 +339,24 @@ class _Job:
             if t.resumed and not o.parts:
                 self.stop(t.index, "its answer was forgotten")
                 return
+            kept = {(p.source, p.text) for p in o.parts}
             self.replayed.append(o)
             self.replay.turn, self.replay.seen = t.index, {}
             config = {"configurable": recorded_config(t.start.metadata) | {"thread_id": self.thread_id} | fork}
             fork = {}
             if t.resumed:
-                yield Command(resume=t.resume), config, interrupts(t.start)
+                yield ("invoke", Command(resume=t.resume)), config, interrupts(t.start)
                 continue
-            kept = {(p.source, p.text) for p in o.parts}
+            if t.updated:  # an edit: the values kept, made as the same node (an empty edit where all are forgotten)
+                yield ("update", input_of(self.th.values[i], kept, t.input, skip=()), t.as_node or None), config, None
+                continue
             values = {(v.source, v.text) for v in self.th.values[i]}
             said = Observation(o.kind, tuple(p for p in o.parts if (p.source, p.text) not in values))
-            msgs = messages_of(said, self.th.messages[i], self.th.sources[i], self.th.raws[i])
+            msgs = messages_of(said, self.th.messages[i], self.th.sources[i], self.th.raws[i],
+                               None if self.derived_ids else self.th.ids[i])
             inp = ({"messages": msgs} if msgs or "messages" in t.input else {}) | input_of(self.th.values[i], kept, t.input)
             inp = {k: inp[k] for k in t.input if k in inp}  # the keys in the order the turn gave them
-            yield inp, config, None
+            yield ("invoke", inp), config, None
 
     def stop(self, turn: int, why: str, asked=None) -> None:
         """The replay ends before `turn`: the thread stays paused at the interrupt there, as the
@@ -367,7 +401,8 @@ def recorded_config(metadata) -> dict:
     """The `configurable` keys a turn ran with, as LangGraph copied them into its checkpoint's
     metadata (`get_checkpoint_metadata`: strings, numbers and booleans whose key does not start
     with "__"; the config's `metadata` entries are copied there too, and come back as configurable)."""
-    return {k: v for k, v in (metadata or {}).items() if k not in LANGGRAPH_METADATA and not k.startswith("__")}
+    return {k: v for k, v in (metadata or {}).items() if k not in LANGGRAPH_METADATA and not k.startswith("__")
+            and not k.startswith("unsee_")}
 
 
 STOP_OTHER = "the replay asks another question than the one its human answered"
@@ -433,14 +468,18 @@ def forget(graph, thread_id: str, sources: Sequence[str], method: str = "B7", ch
     tuples = all_checkpoints(ad.saver, thread_id)
     pending = graph.get_state({"configurable": {"thread_id": thread_id}}).next if tuples else ()
     job = _prepare(thread_id, sources, method, checkpoint, tuples, pending, ad.rows(thread_id))
+    job.derived_ids = derives_ids(graph)
     token = REPLAY.set(job.replay)
     try:
-        for inp, cfg, asked in job.steps():
+        for act, cfg, asked in job.steps():
             if asked is not None and (now := _asked(graph.get_state(_head(thread_id)))) != asked:
                 job.stop(job.replay.turn, STOP_OTHER if now else STOP_NONE, now)
                 break
             try:  # the graph's own durability: "sync" breaks a subgraph compiled with checkpointer=False
-                graph.invoke(inp, cfg, **extra)
+                if act[0] == "update":
+                    graph.update_state(cfg, act[1], act[2])
+                else:
+                    graph.invoke(act[1], cfg, **extra)
             except Exception as e:
                 raise _replay_failed(e, job.replay.turn) from e
     except BaseException:  # the replay's partial branch leaves: the thread is what it was
@@ -471,14 +510,18 @@ async def aforget(graph, thread_id: str, sources: Sequence[str], method: str = "
     tuples = await aall_checkpoints(ad.saver, thread_id)
     pending = (await graph.aget_state({"configurable": {"thread_id": thread_id}})).next if tuples else ()
     job = _prepare(thread_id, sources, method, checkpoint, tuples, pending, await ad.arows(thread_id))
+    job.derived_ids = derives_ids(graph)
     token = REPLAY.set(job.replay)
     try:
-        for inp, cfg, asked in job.steps():
+        for act, cfg, asked in job.steps():
             if asked is not None and (now := _asked(await graph.aget_state(_head(thread_id)))) != asked:
                 job.stop(job.replay.turn, STOP_OTHER if now else STOP_NONE, now)
                 break
             try:
-                await graph.ainvoke(inp, cfg, **extra)
+                if act[0] == "update":
+                    await graph.aupdate_state(cfg, act[1], act[2])
+                else:
+                    await graph.ainvoke(act[1], cfg, **extra)
             except Exception as e:
                 raise _replay_failed(e, job.replay.turn) from e
     except BaseException:

@@ -25,6 +25,8 @@ INTERRUPT, RESUME, ERROR = "__interrupt__", "__resume__", "__error__"
 
 NULL_TASK = "00000000-0000-0000-0000-000000000000"  # the task id LangGraph writes an invocation's resume under
 NO_RESUME = object()
+EDIT = object()  # turns_of's mark of an update turn's start
+UPDATE = "unsee_update"  # the metadata key a forgettable graph's update_state records its as_node under ("": none)
 
 
 @dataclass(frozen=True)
@@ -40,10 +42,15 @@ class Turn:
     after: object = None  # the first checkpoint after the input was applied (None: the turn had no step)
     resume: object = NO_RESUME  # a resume turn's answer
     first: int = 0  # the place in the lineage of the first checkpoint the turn wrote
+    as_node: str | None = None  # an update turn (`update_state`): the node it was made as ("" for None)
 
     @property
     def resumed(self) -> bool:
         return self.resume is not NO_RESUME
+
+    @property
+    def updated(self) -> bool:
+        return self.as_node is not None
 
 
 def checkpoint_id(t) -> str:
@@ -108,16 +115,23 @@ def turns_of(line, thread_id: str) -> list[Turn]:
             starts.append((i, NO_RESUME))
         for v in resumes(t):
             starts.append((i, v))
+        if t.metadata.get("source") == "update":
+            starts.append((i, EDIT))
     out = []
     for k, (i, answer) in enumerate(starts):
+        if answer is EDIT:  # an edit: its values are the writes on the checkpoint before it
+            inp = {ch: v for _task, ch, v in line[i - 1].pending_writes or () if not ch.startswith("branch:")
+                   and not ch.startswith("__")}
+            out.append(Turn(k + 1, inp, line[i], line[i], line[i], NO_RESUME, i, line[i].metadata[UPDATE]))
+            continue
         resumed = answer is not NO_RESUME
-        if k + 1 < len(starts):
-            j, nxt = starts[k + 1]
-            end = j if nxt is not NO_RESUME else j - 1  # a resume starts where the turn before it paused
+        nxt_resumes = k + 1 < len(starts) and starts[k + 1][1] is not NO_RESUME and starts[k + 1][1] is not EDIT
+        if k + 1 < len(starts):  # a resume starts where the turn before it paused
+            end = starts[k + 1][0] if nxt_resumes else starts[k + 1][0] - 1
         else:
             end = len(line) - 1
         if end <= i:
-            if resumed or (k + 1 < len(starts) and starts[k + 1][1] is not NO_RESUME):
+            if resumed or nxt_resumes:
                 raise UnseeError(f"thread {thread_id!r}: turn {k + 1} paused at an interrupt() before it wrote a checkpoint "
                                  "(in the turn's first step, or again at once after a resume); a forget cannot tell "
                                  "the turn's input from its answer there: ask in a later step of the turn")
@@ -152,10 +166,18 @@ def check_history(tuples, thread_id: str, pending: tuple = ()) -> list:
         raise UnseeError(f"thread {thread_id!r} has no checkpoints in this graph's checkpointer")
     for prev, t in zip([None] + line[:-1], line):
         source, step = t.metadata.get("source"), t.metadata.get("step")
-        if source not in ("input", "loop"):
+        if source == "update" and UPDATE not in t.metadata:
+            raise UnseeError(f"thread {thread_id!r}: checkpoint {checkpoint_id(t)} was written by graph.update_state on a "
+                             "graph not made forgettable, which does not record the node the edit was made as; make "
+                             "the graph forgettable(graph) before its threads are edited, and a forget replays edits")
+        if source == "update" and prev is not None and interrupts(prev) and not resumes(prev):
+            raise UnseeError(f"thread {thread_id!r}: checkpoint {checkpoint_id(t)} edits a thread paused at an interrupt "
+                             "(update_state before the resume); a forget replays edits of a thread at rest only: answer "
+                             "the interrupt with the edit instead (Command(resume=...))")
+        if source not in ("input", "loop", "update"):
             raise UnseeError(f"thread {thread_id!r}: checkpoint {checkpoint_id(t)} was written by {source!r} "
-                             "(graph.update_state or a fork), not by a turn; a forget replays the thread's "
-                             "invocations and would lose that change: it cannot forget on this thread")
+                             "(a fork), not by a turn; a forget replays the thread's invocations and would lose "
+                             "that change: it cannot forget on this thread")
         want = -1 if prev is None else prev.metadata.get("step", 0) + 1
         if step != want or (prev is None and source != "input"):
             raise UnseeError(f"thread {thread_id!r} was not checkpointed at every step (run with "

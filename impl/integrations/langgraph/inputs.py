@@ -78,13 +78,18 @@ def observation_of(messages: Sequence[BaseMessage], turn: int, sources: Sequence
 
 
 def messages_of(o: Observation, originals: Sequence = (), sources: Sequence[str] | None = None,
-                raws: Sequence | None = None) -> list:
+                raws: Sequence | None = None, ids: Sequence | None = None) -> list:
     """õ_t back as input: a part keeps its original input item as the user gave it (`raws`, or
     the message), a part that now shows (it stood instead of a forgotten one) becomes a message
-    of the observation's kind; each carries the hidden parts that follow it."""
+    of the observation's kind; each carries the hidden parts that follow it. `ids`: the id each
+    original took in the state, given to one that came without one (a graph whose reducer draws
+    random ids keeps them through a forget)."""
     originals = convert_to_messages(originals)
     sources = sources or sources_of(originals, 0)
-    raws = raws if raws is not None else originals
+    raws = list(raws if raws is not None else originals)
+    for k, (m, i) in enumerate(zip(originals, ids or ())):
+        if i is not None and m.id is None and not isinstance(m, RemoveMessage):
+            raws[k] = m.model_copy(update={"id": i})
     by_part = {(s, part_text(m)): (m, r) for m, s, r in zip(originals, sources, raws)}
     out: list = []
     for p in o.parts:
@@ -169,11 +174,11 @@ class Value:
         return f"{self.key}: {body}"
 
 
-def values_of(inp: dict, turn: int) -> list[Value]:
-    """The parts of a turn's input keys other than `messages`, in key order."""
+def values_of(inp: dict, turn: int, skip=("messages",)) -> list[Value]:
+    """The parts of a turn's input keys other than `skip`, in key order."""
     out = []
     for key, v in inp.items():
-        if key == "messages":
+        if key in skip:
             continue
         if isinstance(v, list):
             out += [Value(key, i, x, value_tag(x) or f"t{turn}.{key}.{i + 1}") for i, x in enumerate(v)]
@@ -182,12 +187,12 @@ def values_of(inp: dict, turn: int) -> list[Value]:
     return out
 
 
-def input_of(values: Sequence[Value], kept: set, original: dict) -> dict:
-    """The input keys other than `messages` as the twin gives them: a list keeps its kept items
-    (it may become empty), a whole value whose part is gone leaves the input."""
+def input_of(values: Sequence[Value], kept: set, original: dict, skip=("messages",)) -> dict:
+    """The input keys other than `skip` as the twin gives them: a list keeps its kept items (it
+    may become empty), a whole value whose part is gone leaves the input."""
     out = {}
     for key, v in original.items():
-        if key == "messages":
+        if key in skip:
             continue
         mine = [x for x in values if x.key == key]
         if isinstance(v, list):
@@ -275,15 +280,17 @@ class ThreadInputs:
     log: list  # per turn: o_t
     input_ids: set = field(default_factory=set)  # ids the inputs' messages took in the state
     values: list = field(default_factory=list)  # per turn: its other input keys' parts (`Value`s)
+    ids: list = field(default_factory=list)  # per turn: the id each input message took in the state (None: a removal)
 
 
 def read_inputs(line, thread_id: str) -> ThreadInputs:
     hist = turns_of(line, thread_id)
-    raws, msgs, srcs, log, removed, input_ids, values = [], [], [], [], {}, set(), []
+    raws, msgs, srcs, log, removed, input_ids, values, ids = [], [], [], [], {}, set(), [], []
     for t in hist:
-        if t.resumed:  # a human's answer: one part, tagged by source_value or named t<turn>.resume
-            vs = [Value("resume", None, t.resume, value_tag(t.resume) or f"t{t.index}.resume")]
-            raws.append([]), msgs.append([]), srcs.append([]), values.append(vs)
+        if t.resumed or t.updated:  # a human's answer (t<turn>.resume), or an edit's values (every key)
+            vs = ([Value("resume", None, t.resume, value_tag(t.resume) or f"t{t.index}.resume")] if t.resumed
+                  else values_of(t.input, t.index, skip=()))
+            raws.append([]), msgs.append([]), srcs.append([]), values.append(vs), ids.append([])
             log.append(Observation("user", tuple(Part(v.source, v.text) for v in vs)))
             continue
         raw, ms = input_messages(t.input.get("messages"))
@@ -300,6 +307,8 @@ def read_inputs(line, thread_id: str) -> ThreadInputs:
         for m, s in zip(new, adding_sources):
             removed[m.id] = s
             input_ids.add(m.id)
+        took = iter(m.id for m in new)
+        ids.append([None if isinstance(m, RemoveMessage) else m.id if m.id in before else next(took) for m in ms])
         vs = values_of(t.input, t.index)
         raws.append(raw)
         msgs.append(ms)
@@ -307,7 +316,7 @@ def read_inputs(line, thread_id: str) -> ThreadInputs:
         values.append(vs)
         o = observation_of(ms, t.index, ss)
         log.append(Observation(o.kind, o.parts + tuple(Part(v.source, v.text) for v in vs)))
-    return ThreadInputs(line, hist, raws, msgs, srcs, log, input_ids, values)
+    return ThreadInputs(line, hist, raws, msgs, srcs, log, input_ids, values, ids)
 
 
 def message_id(previous: str, k: int) -> str:

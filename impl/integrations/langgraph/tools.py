@@ -117,7 +117,7 @@ class World:
 
 def resolve(rows, tuples) -> list:
     """The ledger's rows with each turn and call id set: the turn is the number of turns started
-    (input checkpoints and resumes) from the thread's root to the checkpoint the call's step ran from; the call id is
+    (input checkpoints, edits and resumes) from the thread's root to the checkpoint the call's step ran from; the call id is
     `call_key` with `#k` for the k-th identical call of a turn (in the order the calls fired).
     A row whose checkpoint the checkpointer does not hold is refused with why."""
     from dataclasses import replace
@@ -132,7 +132,7 @@ def resolve(rows, tuples) -> list:
             parent[cid] = (t.parent_config or {}).get("configurable", {}).get("checkpoint_id")
             # the turns that start here: an input, and each resume (a call that ran from a checkpoint
             # paused at an interrupt ran after its resume: the task had stopped at the interrupt)
-            starts[cid] = (t.metadata.get("source") == "input") + len(resumes(t))
+            starts[cid] = (t.metadata.get("source") in ("input", "update")) + len(resumes(t))
 
     def turn_of(cid):
         n = 0
