@@ -25,7 +25,7 @@ there, as the forgotten thread does (`receipt.stopped`).
 import json
 import sqlite3
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated
 
 import pytest
 
@@ -311,7 +311,7 @@ def test_an_edit_on_a_graph_not_made_forgettable_is_refused(tmp_path):
     plain.invoke({"messages": [("user", "hi")]}, cfg)
     plain.update_state(cfg, {"note": SECRET})
     before = file_bytes(path)
-    with pytest.raises(UnseeError, match=r"not made forgettable.*make the graph forgettable\(graph\)"):
+    with pytest.raises(UnseeError, match=r"update_state on a graph not made forgettable.*make the graph forgettable\(graph\)"):
         L.forget(graph, "t1", ["t2.note"])
     assert file_bytes(path) == before
 

@@ -18,7 +18,8 @@ checks the graph when it is built and gives messages ids derived from their plac
 thread equals a fresh one id for id (`compare_threads` says what differs).
 
 Modules: `chat` (the chat models), `tools` (marking, the world ledger), `savers` (one adapter
-per checkpointer: the ledger's table, erasure), `history` (a thread's turns), `forget`
+per checkpointer: the ledger's table, erasure), `history` (a thread's turns: inputs, resumes,
+edits), `inputs` (a turn's parts, `source_value`), `forgettable` (what a graph must be), `forget`
 (Algorithm 1 on a thread, through `unsee.model`'s plan), `compare` (what differs between two
 threads), `kit` (the conformance kit's runtime over a graph, and the example graphs).
 """
@@ -35,8 +36,9 @@ from unsee.impl.integrations.langgraph.chat import KVContext, UnseeChatModel, so
 from unsee.impl.integrations.langgraph.declared import DeclaredDeterministic, deterministic
 from unsee.impl.integrations.langgraph.compare import acompare_threads, compare_threads
 from unsee.impl.integrations.langgraph.forget import (
-    ThreadReceipt, aforget, asources, forget, forgettable, sources, thread_graph, thread_log,
+    ThreadReceipt, aforget, asources, forget, sources, thread_graph, thread_log,
 )
+from unsee.impl.integrations.langgraph.forgettable import forgettable
 from unsee.impl.integrations.langgraph.inputs import message_id, source_value
 from unsee.impl.integrations.langgraph.history import erase_branches, lineage, turns
 from unsee.impl.integrations.langgraph.kit import (

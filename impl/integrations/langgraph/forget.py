@@ -24,9 +24,9 @@ What a graph must satisfy (each checked before anything is written, with an erro
 - no store, and the runtime context passed where the graph has a `context_schema`.
 Every input key is read (`inputs.values_of`), and each turn replays with the `configurable` keys
 its checkpoint recorded.
-`forgettable(graph)` checks the first and third when the graph is built, and gives every message
-that arrives without an id one derived from its place (`message_id`), so a forgotten thread
-and a fresh one carry the same ids.
+`forgettable(graph)` (module `forgettable`) checks the first and third when the graph is built,
+and gives every message that arrives without an id one derived from its place (`message_id`),
+so a forgotten thread and a fresh one carry the same ids.
 """
 
 from __future__ import annotations
@@ -40,16 +40,16 @@ from langchain_core.messages import AIMessage, RemoveMessage, ToolMessage
 from unsee.impl.integrations.langgraph.chat import kind_of
 from unsee.impl.integrations.langgraph.checkpointers import adapter
 from unsee.impl.integrations.langgraph.declared import exactness
+from unsee.impl.integrations.langgraph.forgettable import derives_ids, graph_adapter
 from unsee.impl.integrations.langgraph.history import (
-    UPDATE, aall_checkpoints, alineage, all_checkpoints, check_history, checkpoint_id, config_at, interrupts,
+    aall_checkpoints, alineage, all_checkpoints, check_history, checkpoint_id, config_at, interrupts,
     kept_with_subgraphs, lineage,
 )
 from unsee.impl.integrations.langgraph.inputs import (
-    ThreadInputs, input_of, keep_tags, messages_in, messages_of, part_text, provenance_ids, read_inputs, tag_of,
-    value_tag,
+    ThreadInputs, input_of, messages_in, messages_of, part_text, read_inputs, tag_of, value_tag,
 )
 from unsee.impl.integrations.langgraph.savers import Row
-from unsee.impl.integrations.langgraph.tools import REPLAY, Replay, marked_tools, resolve
+from unsee.impl.integrations.langgraph.tools import REPLAY, Replay, resolve
 from unsee.model.errors import UnknownSource, UnseeError
 from unsee.model.grammar import canonical
 from unsee.model.plan import Checkpoint, compensation, plan_forget, provenance_graph
@@ -183,85 +183,13 @@ def drafts_of(line, turns_) -> dict:
     return out
 
 
-# --- the graph, made forgettable ---------------------------------------------------------------------
-
-def forgettable(graph):
-    """Make a compiled graph's threads carry ids a forget can reproduce, and check now what a
-    forget would check later: its checkpointer (`savers`) and its tools (each marked).
-
-    Every channel reduced by `add_messages` (a `MessagesState`'s, `create_agent`'s) gives each
-    message that arrives without an id one derived from its place (`message_id`) instead of a
-    random one, and the checkpointer keeps the tags of `source_value`s (`SourcedSerde`); the graph
-    is changed in place and returned. Call it once, before the first invocation: a thread's earlier
-    messages keep the ids they were given."""
-    from langgraph.channels.binop import BinaryOperatorAggregate
-    from langgraph.graph.message import add_messages
-
-    _graph_adapter(graph)
-    keep_tags(graph.checkpointer)
-    record_edits(graph)
-    n = 0
-    for ch in graph.channels.values():
-        if isinstance(ch, BinaryOperatorAggregate) and (ch.operator is add_messages or
-                                                        getattr(ch.operator, "unsee_provenance", False)):
-            ch.operator = provenance_ids(ch.operator)
-            n += 1
-    if not n:
-        raise UnseeError("the graph has no channel reduced by add_messages (a MessagesState's messages): "
-                         "a forget reads a thread's inputs from its messages")
-    return graph
-
-
 # --- the forget -------------------------------------------------------------------------------------
-
-def record_edits(graph) -> None:
-    """Make the graph's `update_state`/`aupdate_state` record the node an edit is made as (in the
-    checkpoint's metadata, `history.UPDATE`), so a forget can replay the edit as it was made."""
-    if getattr(graph, "unsee_edits", False):
-        return
-    sync, async_ = graph.update_state, graph.aupdate_state
-
-    def mark(config, as_node):
-        return {**config, "metadata": {**(config.get("metadata") or {}), UPDATE: "" if as_node is None else as_node}}
-
-    def update_state(config, values, as_node=None, task_id=None):
-        return sync(mark(config, as_node), values, as_node, task_id)
-
-    async def aupdate_state(config, values, as_node=None, task_id=None):
-        return await async_(mark(config, as_node), values, as_node, task_id)
-
-    graph.update_state, graph.aupdate_state, graph.unsee_edits = update_state, aupdate_state, True
-
-
-def derives_ids(graph) -> bool:
-    """Whether the graph gives messages ids derived from their place (`forgettable`)."""
-    return any(getattr(getattr(ch, "operator", None), "unsee_provenance", False) for ch in graph.channels.values())
-
 
 def _arguments(sources_, method) -> None:
     if isinstance(sources_, str):
         raise UnseeError(f"sources is a list of source ids: forget(graph, thread_id, [{sources_!r}])")
     if method not in ("B7", "B5"):
         raise UnseeError(f"method {method!r} is not B7 or B5")
-
-
-def _graph_adapter(graph):
-    """The graph's checkpointer's adapter, once the graph's shape is one a forget can replay."""
-    ad = adapter(getattr(graph, "checkpointer", None))
-    marked_tools(graph)
-    if getattr(graph, "store", None) is not None:
-        raise UnseeError(f"the graph was compiled with a store ({type(graph.store).__name__}): what its nodes and tools "
-                         "put there is shared across threads, and a forget cannot yet find, replay or erase what a "
-                         "thread wrote to it; compile the graph without store= to forget on it")
-
-    stops = list(getattr(graph, "interrupt_before_nodes", None) or ()) + list(
-        getattr(graph, "interrupt_after_nodes", None) or ())
-    if stops:
-        raise UnseeError(f"the graph interrupts before or after nodes {stops}: a turn paused there and resumed "
-                         "with invoke(None) leaves no mark in its checkpoints, and a replay of its input would stop "
-                         "there; compile it without interrupt_before/interrupt_after and call interrupt() inside "
-                         "the node instead (a forget replays its resumes)")
-    return ad
 
 
 @dataclass
@@ -459,7 +387,7 @@ def forget(graph, thread_id: str, sources: Sequence[str], method: str = "B7", ch
     `await aforget(...)`."""
     t0 = time.perf_counter()
     _arguments(sources, method)
-    ad = _graph_adapter(graph)
+    ad = graph_adapter(graph)
     extra = _context(graph, context)
     if ad.is_async:
         raise UnseeError(f"the graph's checkpointer is an {type(ad.saver).__name__}, whose I/O is async: forget "
@@ -501,7 +429,7 @@ async def aforget(graph, thread_id: str, sources: Sequence[str], method: str = "
     and erased through its async interface (AsyncSqliteSaver, AsyncPostgresSaver, InMemorySaver)."""
     t0 = time.perf_counter()
     _arguments(sources, method)
-    ad = _graph_adapter(graph)
+    ad = graph_adapter(graph)
     extra = _context(graph, context)
     if not ad.is_async and ad.kind != "memory":
         raise UnseeError(f"the graph's checkpointer is a {type(ad.saver).__name__}, which has no async interface: "

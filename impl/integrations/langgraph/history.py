@@ -167,9 +167,10 @@ def check_history(tuples, thread_id: str, pending: tuple = ()) -> list:
     for prev, t in zip([None] + line[:-1], line):
         source, step = t.metadata.get("source"), t.metadata.get("step")
         if source == "update" and UPDATE not in t.metadata:
-            raise UnseeError(f"thread {thread_id!r}: checkpoint {checkpoint_id(t)} was written by graph.update_state on a "
-                             "graph not made forgettable, which does not record the node the edit was made as; make "
-                             "the graph forgettable(graph) before its threads are edited, and a forget replays edits")
+            raise UnseeError(f"thread {thread_id!r}: checkpoint {checkpoint_id(t)} was written by an edit whose node is "
+                             "not recorded (update_state on a graph not made forgettable, or bulk_update_state); make "
+                             "the graph forgettable(graph) before its threads are edited, edit with update_state, and a "
+                             "forget replays the edits")
         if source == "update" and prev is not None and interrupts(prev) and not resumes(prev):
             raise UnseeError(f"thread {thread_id!r}: checkpoint {checkpoint_id(t)} edits a thread paused at an interrupt "
                              "(update_state before the resume); a forget replays edits of a thread at rest only: answer "

@@ -30,7 +30,8 @@ from pydantic import Field
 
 from unsee.impl.integrations.langgraph.chat import UnseeChatModel
 from unsee.impl.integrations.langgraph.compare import compare_threads
-from unsee.impl.integrations.langgraph.forget import forget, forgettable, graph_digest_of, thread_graph
+from unsee.impl.integrations.langgraph.forget import forget, graph_digest_of, thread_graph
+from unsee.impl.integrations.langgraph.forgettable import forgettable
 from unsee.impl.integrations.langgraph.inputs import messages_of
 from unsee.impl.integrations.langgraph.tools import World, consequential, read_only
 from unsee.model.errors import UnseeError

@@ -1,0 +1,99 @@
+"""A human-in-the-loop agent on SmolLM2 forgets exactly (slow tier).
+
+The agent is LangGraph's "review tool calls" pattern: a prebuilt ReAct agent whose `book_table`
+tool asks a human with `interrupt()` before it books, resumed with `Command(resume=...)`. It runs
+five turns on SmolLM2-135M-Instruct and SqliteSaver; the second tells it a passport number
+(tagged "passport"). The human accepts every booking the agent proposes.
+
+After `forget(agent, "t1", ["passport"])` the thread equals its twin by the rule a forget replays
+by (the twin's human answers a question where the twin is asked the same one as the original's
+human was; asked another or none, it stops there): every turn's state, message ids, K/V under
+`torch.equal`; the booking tool never runs again; no byte of the passport in the SQLite file.
+The forget's seconds and the run's are printed (-s).
+"""
+
+import os
+import sqlite3
+import time
+
+import pytest
+
+pytest.importorskip("langgraph", reason="install the test extras: bash scripts/setup.sh --tests")
+
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.prebuilt import create_react_agent
+from langgraph.types import Command, interrupt
+
+from unsee.impl.integrations.langgraph import KVContext, UnseeChatModel, compare_threads, consequential, forget, \
+    forgettable, source_message
+
+pytestmark = pytest.mark.slow
+
+PASSPORT = "My passport number is X7Q4812; keep it for the hotel."
+TURNS = ["Is it sunny in Lisbon?", PASSPORT, "Book a table for two at Chez Marie at 8pm.", "Thanks, that is all."]
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    from unsee.impl.engine.models import load
+
+    return load("smollm2")
+
+
+def build(bundle, saver, runs):
+    def book_table(restaurant: str, time: str) -> str:
+        """Book a table at a restaurant at a time."""
+        answer = interrupt({"question": f"Book {restaurant} at {time}?"})
+        if answer != "accept":
+            return "The user declined."
+        runs["book_table"] += 1
+        return f"Booked {restaurant} at {time}."
+
+    model = UnseeChatModel(context=KVContext(bundle))
+    tool = consequential(book_table, result=lambda restaurant, time: f"Booked {restaurant} at {time}.")
+    agent = create_react_agent(model, tools=[tool], prompt="You are a helpful assistant", checkpointer=saver)
+    return forgettable(agent), model
+
+
+def drive(agent, secret: bool, asked: list | None = None) -> list:
+    """Run the turns; answer "accept" to each question. With `asked` (the original's questions),
+    answer only where the same question comes, in order, else stop (the twin)."""
+    cfg = {"configurable": {"thread_id": "t1"}}
+    seen, left = [], list(asked or [])
+    for k, text in enumerate(TURNS, 1):
+        if k == 2 and not secret:
+            result = agent.invoke({"messages": []}, cfg)
+        else:
+            result = agent.invoke({"messages": [source_message(text, "passport") if k == 2 else ("user", text)]}, cfg)
+        while result.get("__interrupt__"):
+            q = [i.value for i in result["__interrupt__"]]
+            if asked is not None:
+                if not left or left[0] != q:
+                    return seen
+                left.pop(0)
+            seen.append(q)
+            result = agent.invoke(Command(resume="accept"), cfg)
+    return seen
+
+
+def test_a_hitl_agent_on_smollm2_forgets_exactly(smollm2, tmp_path):
+    path = tmp_path / "agent.sqlite"
+    runs = {"book_table": 0}
+    agent, model = build(smollm2, SqliteSaver(sqlite3.connect(str(path), check_same_thread=False)), runs)
+    t0 = time.perf_counter()
+    asked = drive(agent, True)
+    run_s = time.perf_counter() - t0
+    assert asked, "the agent never asked for approval: the scenario does not exercise a resume"
+    fired = dict(runs)
+    receipt = forget(agent, "t1", ["passport"])
+    assert runs == fired, "the booking tool ran again"
+    twin, twin_model = build(smollm2, InMemorySaver(), {"book_table": 0})
+    drive(twin, False, asked)
+    assert compare_threads(agent, "t1", twin, "t1", llm_a=model, llm_b=twin_model) == []
+    agent.checkpointer.conn.commit()
+    blob = b"".join(p.read_bytes() for p in tmp_path.iterdir())
+    assert b"X7Q4812" not in blob
+    print(f"\n[hitl smollm2] {len(TURNS)} turns {run_s:.1f} s, forget {receipt.seconds:.1f} s "
+          f"(ratio {receipt.seconds / run_s:.3f}); tau={receipt.tau} T={receipt.T} checkpoint={receipt['checkpoint']} "
+          f"transitions={receipt.transitions} stopped={receipt.stopped} questions={asked}; load {os.getloadavg()}")
