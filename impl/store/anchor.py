@@ -34,7 +34,7 @@ def check(store) -> None:
         prev, gen = store.meta(Meta.PREV_ROOT), int(store.meta(Meta.GENERATION, "0"))
         if prev == last.root and gen == last.generation + 1:  # committed; its record lost to a crash
             # parts matching a tombstone in force came in with that save (the state before it was checked)
-            again = readmitted(store, records, stored_parts(store))
+            again = readmitted(store, tombstoned(records), stored_parts(store))
             records.append(store.ledger.append(sid, gen, "save", root, prev, recovered_tombstones(store), records,
                                                again))
             store.recovered = (f"the last save of {store.final} committed but its ledger record was lost (a crash "
@@ -82,11 +82,10 @@ def held_tombstones(store, records: list[Record]) -> list[tuple[str, int]]:
     return [(src, stones[t]) for src, text in stored_parts(store) if (t := store.tombstone(src, text)) in stones]
 
 
-def readmitted(store, records: list[Record], parts) -> list[tuple[str, str]]:
-    """The tombstones still in force that `parts` ((source, text) pairs) match: forgotten parts that
-    entered the session again (the same source, the same text), recorded so that the next open does
-    not take them for a restored backup."""
-    stones = tombstoned(records)
+def readmitted(store, stones: dict, parts) -> list[tuple[str, str]]:
+    """The tombstones still in force (`stones`: `tombstoned(records)`, or a ledger's `tail().stones`)
+    that `parts` ((source, text) pairs) match: forgotten parts that entered the session again (the
+    same source, the same text), recorded so that the next open does not take them for a restored backup."""
     if not stones:  # nothing forgotten yet: no part's digest to compute on a save
         return []
     return sorted({t for src, text in parts if (t := store.tombstone(src, text)) in stones})

@@ -9,7 +9,11 @@ or `UNSEE_LEDGER` puts it on other storage), each record chained to the one befo
 under the store's seal (HMAC under its key, or SHA-256), and checked whole whenever it is read.
 
 One record per commit, appended (and flushed to disk) after the store's transaction commits:
-{seq, store, generation, kind, root, prev, tombstones, time, seal, mac}. A crash between the
+{seq, store, generation, kind, root, prev, tombstones, time, seal, mac}. The whole chain is checked
+when it is read (`records`: on open and `check`); an append checks only the tail: that the file
+still ends with the record this `Ledger` last read or wrote, at the size it had then (`tail`), so a
+save costs the same at the 10th record and the 10,000th. A file changed by anyone else since is
+read and checked whole again. A crash between the
 commit and the append leaves the store one save ahead of its ledger; the next open sees that the
 save started from the ledger's last root (the store keeps the root it started from) and appends
 the missing record, its tombstones read back from the store's last receipt.
@@ -54,6 +58,21 @@ class Record:
         return body
 
 
+TAIL_READ = 2048  # bytes first read from the end to find the last record (doubled until it holds the whole line)
+
+
+@dataclass(frozen=True)
+class Tail:
+    """The end of a checked chain: the next seq, the last mac, the file's size then, the store's id
+    and the tombstones in force (`tombstoned`)."""
+
+    seq: int
+    mac: str
+    size: int
+    store: str
+    stones: dict
+
+
 def ledger_path(store_path, given=None) -> Path:
     """Where a store's ledger is: `given`, else `UNSEE_LEDGER`, else beside the store."""
     chosen = given if given is not None else os.environ.get("UNSEE_LEDGER") or None
@@ -66,6 +85,8 @@ class Ledger:
     def __init__(self, path, key: SealKey) -> None:
         self.path = Path(path)
         self.key = key
+        self._tail: Tail | None = None  # the chain's end as last checked whole, and kept up to date by append
+        self.bytes_read = 0  # what this Ledger has read of its file (a count for tests, not a limit)
 
     def exists(self) -> bool:
         return self.path.exists()
@@ -76,7 +97,9 @@ class Ledger:
     def records(self) -> list[Record]:
         """Every record, each checked against the chain; LedgerError names the first that is not."""
         try:
-            text = self.path.read_text()
+            raw = self.path.read_bytes()
+            text = raw.decode()
+            self.bytes_read += len(raw)
         except FileNotFoundError:
             raise LedgerError(f"no ledger at {self.path}: the store's anchor is missing. If it was kept elsewhere, "
                               "give --ledger PATH (or UNSEE_LEDGER); see docs/trust.md") from None
@@ -105,25 +128,68 @@ class Ledger:
             prev = mac
         if not out:
             raise LedgerError(f"the ledger {self.path} is empty: the store's anchor is missing; see docs/trust.md")
+        self._tail = Tail(len(out), out[-1].mac, len(raw), out[0].store, tombstoned(out))
         return out
+
+    def tail(self) -> "Tail":
+        """The chain's end: from the last whole check, kept by this Ledger's appends, if the file still
+        ends with that record at that size (its last line read and compared); else read and checked whole."""
+        t = self._tail
+        if t is not None:
+            try:
+                with open(self.path, "rb") as f:
+                    size = os.fstat(f.fileno()).st_size
+                    n = TAIL_READ
+                    while size == t.size:  # read back from the end until the last line is whole
+                        f.seek(max(0, size - n))
+                        end = f.read()
+                        self.bytes_read += len(end)
+                        body = end.rstrip(b"\n")
+                        if b"\n" in body or len(end) == size:
+                            if json.loads(body.rsplit(b"\n", 1)[-1]).get("mac") == t.mac:
+                                return t
+                            break
+                        n *= 2
+            except (OSError, ValueError):
+                pass
+        self.records()
+        return self._tail
 
     def append(self, store: str, generation: int, kind: str, root: str, prev: str, tombstones=(),
                records: list[Record] | None = None, readmitted=()) -> Record:
-        """Append one record (after `records`, the ledger as last read, or as it is now) and flush it to disk."""
+        """Append one record (after `records`, the ledger as last read; else after its tail, `tail`) and
+        flush it to disk."""
         if kind not in KINDS:
             raise ValueError(f"ledger record kind {kind!r} is not one of {KINDS}")
-        before = records if records is not None else (self.records() if self.exists() else [])
-        rec = Record(len(before), store, generation, kind, root, prev, tuple(tuple(t) for t in tombstones),
+        if records is not None:
+            seq, last = len(records), records[-1].mac if records else ""
+        elif self.exists():
+            t = self.tail()
+            seq, last = t.seq, t.mac
+        else:
+            seq, last = 0, ""
+        rec = Record(seq, store, generation, kind, root, prev, tuple(tuple(t) for t in tombstones),
                      time.strftime("%Y-%m-%dT%H:%M:%S%z"), self.key.id, tuple(tuple(t) for t in readmitted))
-        mac = self._mac(before[-1].mac if before else "", rec.body())
-        line = json.dumps({**rec.body(), "mac": mac}, sort_keys=True) + "\n"
+        mac = self._mac(last, rec.body())
+        line = (json.dumps({**rec.body(), "mac": mac}, sort_keys=True) + "\n").encode()
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, line.encode())
+            size = os.fstat(fd).st_size
+            os.write(fd, line)
             os.fsync(fd)
         finally:
             os.close(fd)
-        return Record(**{**rec.__dict__, "mac": mac})
+        done = Record(**{**rec.__dict__, "mac": mac})
+        known = self._tail is not None and self._tail.seq == seq and self._tail.mac == last and self._tail.size == size
+        if known or seq == 0:
+            stones = dict(self._tail.stones) if known else {}
+            for t in done.readmitted:
+                stones.pop(tuple(t), None)
+            stones.update((tuple(t), generation) for t in done.tombstones)
+            self._tail = Tail(seq + 1, mac, size + len(line), store if seq == 0 else self._tail.store, stones)
+        else:
+            self._tail = None  # appended after records the caller read: the next use reads the file whole
+        return done
 
     def rewrite(self, records: list[Record], key: SealKey) -> None:
         """The same records chained under `key` (a key rotation), replacing the file atomically."""
@@ -140,6 +206,7 @@ class Ledger:
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
         self.key = key
+        self._tail = None
 
 
 def tombstoned(records: list[Record]) -> dict[tuple[str, str], int]:

@@ -419,12 +419,12 @@ class Store:
                              "session as it was before") from e
         kind = kind or ("forget" if receipt is not None else "create" if not prev else "step" if since == s.T - 1
                         else "save")
-        records = self.ledger.records() if prev else None
+        stones = self.ledger.tail().stones if prev else {}  # O(1): the chain's end, its last line checked
         written = s.observations[max(since or 0, 0):]
-        readmitted = anchor.readmitted(self, records, ((p.source, p.text) for o in written for p in o.parts)) \
-            if records else ()
-        self.ledger.append(self.meta_id, int(self.meta(Meta.GENERATION)), kind, root, prev, tombstones, records,
-                           readmitted)
+        readmitted = anchor.readmitted(self, stones, ((p.source, p.text) for o in written for p in o.parts)) \
+            if stones else ()
+        self.ledger.append(self.meta_id, int(self.meta(Meta.GENERATION)), kind, root, prev, tombstones,
+                           readmitted=readmitted)
         self._point("ledger")
         self.publish()  # a new store appears at its path once its first save is complete
         return root
