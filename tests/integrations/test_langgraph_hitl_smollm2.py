@@ -56,23 +56,25 @@ def build(bundle, saver, runs):
     return forgettable(agent), model
 
 
-def drive(agent, secret: bool, asked: list | None = None) -> list:
-    """Run the turns; answer "accept" to each question. With `asked` (the original's questions),
-    answer only where the same question comes, in order, else stop (the twin)."""
+def drive(agent, secret: bool, asked: dict | None = None) -> dict:
+    """Run the turns; answer "accept" to each question; return turn → the questions answered in it.
+    With `asked` (the original's), the twin: in each turn, answer each question the original's human
+    answered there if the same one comes, else stop (asked another, or none)."""
     cfg = {"configurable": {"thread_id": "t1"}}
-    seen, left = [], list(asked or [])
+    seen: dict = {}
     for k, text in enumerate(TURNS, 1):
         if k == 2 and not secret:
             result = agent.invoke({"messages": []}, cfg)
         else:
             result = agent.invoke({"messages": [source_message(text, "passport") if k == 2 else ("user", text)]}, cfg)
-        while result.get("__interrupt__"):
-            q = [i.value for i in result["__interrupt__"]]
-            if asked is not None:
-                if not left or left[0] != q:
+        if asked is not None:
+            for q in asked.get(k, []):
+                if [i.value for i in result.get("__interrupt__", [])] != q:
                     return seen
-                left.pop(0)
-            seen.append(q)
+                result = agent.invoke(Command(resume="accept"), cfg)
+            continue
+        while result.get("__interrupt__"):
+            seen.setdefault(k, []).append([i.value for i in result["__interrupt__"]])
             result = agent.invoke(Command(resume="accept"), cfg)
     return seen
 
