@@ -10,11 +10,14 @@ Two parts:
   message ids, subgraph checkpoints) and no byte of the secret is left in the file. Some kinds
   must be exact (`EXACT`); the rest may be refused, never wrong.
 - The held-out agents (`heldout_production_agents.py`, written from LangGraph's docs by someone
-  who had not read unsee's code: human approval inside a tool and in a node, resumed with
+  who had not read unsee's code: human approval in a review node and inside a tool, resumed with
   `Command`; a custom `docs` key; a key derived from messages; a subgraph as a node, called in a
   node, compiled with `checkpointer=False`; a node reading `configurable["user_id"]`), each on
-  tiny-llama, exact against its twin on `InMemorySaver` and `SqliteSaver`: state, ids, subgraph
-  checkpoints, K/V under `torch.equal`, no consequential tool run again, no secret byte in the file.
+  tiny-llama, exact against its twin on `InMemorySaver`, `SqliteSaver` and `PostgresSaver`: state,
+  ids, subgraph checkpoints, K/V under `torch.equal`, no consequential tool run again, no secret
+  byte in the file or the database. The one exception is refused before a byte changes: approval
+  asked inside a consequential tool's body, which a replay never runs (its advice, a review node,
+  is `hitl_node_agent`, which is exact).
 
 The twin of a human-in-the-loop thread follows the rule a forget replays by: where the original's
 human answered a question, the twin's human gives the same answer if the twin is asked the same
@@ -274,6 +277,21 @@ def run_with(shape, driver, saver, secret, monkeypatch):
     return graph, llm, counters
 
 
+def held_now(store) -> bytes:
+    """What a checkpointer holds, comparable before and after a refusal: the InMemorySaver's dicts,
+    the SQLite file and its WAL (not -shm, whose read marks readers move), the Postgres tables' rows
+    as pg_dump writes them (less the random key of its \\restrict lines)."""
+    if store.kind == "sqlite":
+        return file_bytes(store.where)
+    if store.kind == "postgres":
+        return b"\n".join(line for line in store.pg.dump(store.db).split(b"\n") if b"restrict " not in line)
+    return b"".join(store.stored().values())
+
+
+# an interrupt() inside a consequential tool's body: a replay never runs that body, so cannot ask again
+REFUSED = {"hitl_booking_agent": r"asked inside the consequential tool 'book_hotel'.*ask in a node before the tool"}
+
+
 @pytest.mark.parametrize("saver", ["memory", "sqlite", "postgres"])
 @pytest.mark.parametrize("shape", list(H.SHAPES))
 def test_heldout_production_agents_forget_exactly(shape, saver, tmp_path, monkeypatch, request):
@@ -284,6 +302,12 @@ def test_heldout_production_agents_forget_exactly(shape, saver, tmp_path, monkey
         held = store.pg.dump(store.db) if saver == "postgres" else b"".join(store.stored().values())
         assert H.SECRET.encode() in held  # (Postgres: its ledger table exists once a tool fired or a forget ran)
         fired = dict(counters)
+        if shape in REFUSED:  # refused before a byte changes, with what to do (the review node: hitl_node_agent)
+            before = held_now(store)
+            with pytest.raises(UnseeError, match=REFUSED[shape]):
+                L.forget(graph, "t1", [H.SECRET_ID])
+            assert held_now(store) == before, "a refused forget changed what the checkpointer holds"
+            return
         receipt = L.forget(graph, "t1", [H.SECRET_ID])
         assert receipt.exactness == "checked"
         assert counters == fired, "a consequential tool ran again in the replay"

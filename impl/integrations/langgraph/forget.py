@@ -228,7 +228,21 @@ class _Job:
                         drafts=drafts_of(old, th.turns) if method == "B7" else {})
         job = cls(thread_id, method, th, raw, rows, plan, s, how, replay)
         job._check_removals()
+        job._check_tool_questions()
         return job
+
+    def _check_tool_questions(self) -> None:
+        """A question asked inside a consequential tool (`interrupt()` in its body) cannot be asked
+        again by a replay, which never runs such a tool's body: refused where a replayed turn resumes
+        one. Such a tool's call fires in the task that asked, so its ledger row names the checkpoint the
+        thread paused at (a review node's tool runs in a later step, from a later checkpoint)."""
+        paused = {checkpoint_id(t.start): t.index for t in self.th.turns[self.plan.boundary:] if t.resumed}
+        for r in self.raw_rows:
+            if r.checkpoint_id in paused:
+                raise UnseeError(f"turn {paused[r.checkpoint_id]} answers a question asked inside the consequential tool "
+                                 f"{r.tool!r} (interrupt() in its body); a replay never runs a consequential tool's "
+                                 "body, so it cannot ask that question again: ask in a node before the tool "
+                                 "(LangGraph's review-node pattern), whose question a forget replays")
 
     def _check_removals(self) -> None:
         """A kept RemoveMessage of a replayed turn must remove a message the replay will hold under
