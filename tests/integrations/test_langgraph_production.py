@@ -382,3 +382,36 @@ def test_compare_threads_sees_a_subgraph_checkpoint_that_differs(monkeypatch):
     a, llm_a, _ = run_with("subgraph_node_agent", recording(asked), InMemorySaver(), True, monkeypatch)
     b, llm_b, _ = run_with("subgraph_node_agent", recording(asked), InMemorySaver(), False, monkeypatch)
     assert any(d.startswith("subgraph checkpoint") for d in L.compare_threads(a, "t1", b, "t1"))
+
+
+def test_a_graph_with_a_runtime_context_is_forgotten_with_the_context_it_ran_with():
+    """The refusal says to pass the context; following it, the forget is exact."""
+    graph, llm = sweep_graph(InMemorySaver(), context=True)
+    cfg = {"configurable": {"thread_id": "t1", "user_id": "u7"}}
+    for m in ([("user", "hi")], [L.source_message(SECRET, SID)], [("user", "bye")]):
+        graph.invoke({"messages": m}, cfg, context=Ctx("ana"))
+    with pytest.raises(UnseeError, match=r"pass the context the thread's turns ran with, forget\(\.\.\., context=\.\.\.\)"):
+        L.forget(graph, "t1", [SID])
+    L.forget(graph, "t1", [SID], context=Ctx("ana"))
+    twin, twin_llm = sweep_graph(InMemorySaver(), context=True)
+    for m in ([("user", "hi")], [], [("user", "bye")]):
+        twin.invoke({"messages": m}, cfg, context=Ctx("ana"))
+    assert L.compare_threads(graph, "t1", twin, "t1", llm_a=llm, llm_b=twin_llm) == []
+
+
+def test_a_graph_with_a_store_is_refused_before_its_first_thread_and_at_a_forget():
+    """What one thread writes to a LangGraph Store another reads: not yet replayed, so refused (no
+    "checked" receipt over a secret left in the store)."""
+    from langgraph.store.memory import InMemoryStore
+
+    llm = L.UnseeChatModel.from_model("tiny-llama")
+    g = StateGraph(MessagesState)
+    g.add_node("model", lambda s: {"messages": [llm.invoke(s["messages"])]})
+    g.add_edge(START, "model")
+    g.add_edge("model", END)
+    graph = g.compile(checkpointer=InMemorySaver(), store=InMemoryStore())
+    with pytest.raises(UnseeError, match="compiled with a store"):
+        L.forgettable(graph)
+    graph.invoke({"messages": [L.source_message(SECRET, SID)]}, {"configurable": {"thread_id": "t1"}})
+    with pytest.raises(UnseeError, match="compiled with a store"):
+        L.forget(graph, "t1", [SID])
