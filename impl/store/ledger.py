@@ -71,6 +71,7 @@ class Tail:
     size: int
     store: str
     stones: dict
+    line: bytes = b""  # the last record's line as written (without its newline)
 
 
 def ledger_path(store_path, given=None) -> Path:
@@ -128,12 +129,14 @@ class Ledger:
             prev = mac
         if not out:
             raise LedgerError(f"the ledger {self.path} is empty: the store's anchor is missing; see docs/trust.md")
-        self._tail = Tail(len(out), out[-1].mac, len(raw), out[0].store, tombstoned(out))
+        self._tail = Tail(len(out), out[-1].mac, len(raw), out[0].store, tombstoned(out),
+                          raw.rstrip(b"\n").rsplit(b"\n", 1)[-1])
         return out
 
     def tail(self) -> "Tail":
         """The chain's end: from the last whole check, kept by this Ledger's appends, if the file still
-        ends with that record at that size (its last line read and compared); else read and checked whole."""
+        ends with that record at that size (its last line read and compared byte for byte); else read
+        and checked whole."""
         t = self._tail
         if t is not None:
             try:
@@ -146,7 +149,7 @@ class Ledger:
                         self.bytes_read += len(end)
                         body = end.rstrip(b"\n")
                         if b"\n" in body or len(end) == size:
-                            if json.loads(body.rsplit(b"\n", 1)[-1]).get("mac") == t.mac:
+                            if body.rsplit(b"\n", 1)[-1] == t.line:  # the same record, byte for byte
                                 return t
                             break
                         n *= 2
@@ -181,12 +184,13 @@ class Ledger:
             os.close(fd)
         done = Record(**{**rec.__dict__, "mac": mac})
         known = self._tail is not None and self._tail.seq == seq and self._tail.mac == last and self._tail.size == size
-        if known or seq == 0:
+        if known or (seq == 0 and size == 0):
             stones = dict(self._tail.stones) if known else {}
             for t in done.readmitted:
                 stones.pop(tuple(t), None)
             stones.update((tuple(t), generation) for t in done.tombstones)
-            self._tail = Tail(seq + 1, mac, size + len(line), store if seq == 0 else self._tail.store, stones)
+            self._tail = Tail(seq + 1, mac, size + len(line), store if seq == 0 else self._tail.store, stones,
+                              line.rstrip(b"\n"))
         else:
             self._tail = None  # appended after records the caller read: the next use reads the file whole
         return done

@@ -1,9 +1,10 @@
 """A human-in-the-loop agent on SmolLM2 forgets exactly (slow tier).
 
-The agent is LangGraph's "review tool calls" pattern: a prebuilt ReAct agent whose `book_table`
-tool asks a human with `interrupt()` before it books, resumed with `Command(resume=...)`. It runs
-five turns on SmolLM2-135M-Instruct and SqliteSaver; the second tells it a passport number
-(tagged "passport"). The human accepts every booking the agent proposes.
+The agent is LangGraph's review-node pattern: the model proposes a `book_table` call, a `review`
+node asks a human with `interrupt()`, resumed with `Command(resume=...)`, and the tool runs once
+they accept (an `interrupt()` inside the consequential tool's body is refused: a replay never runs
+that body). It runs four turns on SmolLM2-135M-Instruct and SqliteSaver; the second tells it a
+passport number (tagged "passport"). The human accepts every booking the agent proposes.
 
 After `forget(agent, "t1", ["passport"])` the thread equals its twin by the rule a forget replays
 by (the twin's human answers a question where the twin is asked the same one as the original's
@@ -20,9 +21,13 @@ import pytest
 
 pytest.importorskip("langgraph", reason="install the test extras: bash scripts/setup.sh --tests")
 
+from typing import Literal
+
+from langchain_core.messages import SystemMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
-from langgraph.prebuilt import create_react_agent
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode
 from langgraph.types import Command, interrupt
 
 from unsee.impl.integrations.langgraph import KVContext, UnseeChatModel, compare_threads, consequential, forget, \
@@ -42,18 +47,39 @@ def smollm2():
 
 
 def build(bundle, saver, runs):
+    """LangGraph's review-node pattern: the model proposes a call, a `review` node asks the human
+    with `interrupt()`, and the tool runs only once they accept."""
     def book_table(restaurant: str, time: str) -> str:
         """Book a table at a restaurant at a time."""
-        answer = interrupt({"question": f"Book {restaurant} at {time}?"})
-        if answer != "accept":
-            return "The user declined."
         runs["book_table"] += 1
         return f"Booked {restaurant} at {time}."
 
     model = UnseeChatModel(context=KVContext(bundle))
-    tool = consequential(book_table, result=lambda restaurant, time: f"Booked {restaurant} at {time}.")
-    agent = create_react_agent(model, tools=[tool], prompt="You are a helpful assistant", checkpointer=saver)
-    return forgettable(agent), model
+    tools = [consequential(book_table, result=lambda restaurant, time: f"Booked {restaurant} at {time}.")]
+    bound = model.bind_tools(tools)
+
+    def call_model(state: MessagesState):
+        return {"messages": [bound.invoke([SystemMessage("You are a helpful assistant")] + state["messages"])]}
+
+    def route(state: MessagesState) -> Literal["review", "__end__"]:
+        return "review" if state["messages"][-1].tool_calls else END
+
+    def review(state: MessagesState) -> Command[Literal["tools", "__end__"]]:
+        call = state["messages"][-1].tool_calls[-1]
+        answer = interrupt({"question": f"Book {call['args'].get('restaurant')} at {call['args'].get('time')}?"})
+        if answer == "accept":
+            return Command(goto="tools")
+        declined = ToolMessage("The user declined.", tool_call_id=call["id"], name=call["name"])
+        return Command(goto=END, update={"messages": [declined]})
+
+    g = StateGraph(MessagesState)
+    g.add_node("model", call_model)
+    g.add_node("review", review)
+    g.add_node("tools", ToolNode(tools))
+    g.add_edge(START, "model")
+    g.add_conditional_edges("model", route)
+    g.add_edge("tools", "model")
+    return forgettable(g.compile(checkpointer=saver)), model
 
 
 def drive(agent, secret: bool, asked: dict | None = None) -> dict:

@@ -200,8 +200,7 @@ def test_every_input_kind_is_exact_or_refused_before_a_byte_changes(kind, tmp_pa
     assert SECRET.encode() not in file_bytes(path) and b"P4471902" not in file_bytes(path)
     # T−τ+1, or one more per turn between c and τ where a fork at τ−1 would find an old resume or edit
     last = receipt.stopped["turn"] - 1 if receipt.stopped else receipt["T"]  # a stopped replay ends before that turn
-    assert receipt.transitions == last - receipt["checkpoint"]
-    assert receipt["T"] - receipt["checkpoint"] >= receipt["T"] - receipt["tau"] + 1
+    assert receipt.transitions == last - receipt["checkpoint"]  # T−τ+1, or more where R_{τ−1} held an old answer or edit
 
 
 def test_a_refusal_names_where_a_source_can_be():
@@ -415,3 +414,106 @@ def test_a_graph_with_a_store_is_refused_before_its_first_thread_and_at_a_forget
     graph.invoke({"messages": [L.source_message(SECRET, SID)]}, {"configurable": {"thread_id": "t1"}})
     with pytest.raises(UnseeError, match="compiled with a store"):
         L.forget(graph, "t1", [SID])
+
+
+# --- shapes a reviewer found returning "checked" and wrong, now refused or exact ----------------------
+
+class Noted(MessagesState):
+    note: str
+    seen: str
+
+
+def noting_graph(saver=None):
+    """A node asks a fixed question when the last message says "book"; another echoes the state."""
+    def ask(state: Noted):
+        if "book" in str(state["messages"][-1].content):
+            return {"seen": f"ans:{interrupt('ok?')}"}
+        return {}
+
+    def echo(state: Noted):
+        return {"seen": (state.get("seen") or "") + "|" + (state.get("note") or "") + "|" +
+                "/".join(str(m.content) for m in state["messages"])}
+
+    g = StateGraph(Noted)
+    g.add_node("ask", ask)
+    g.add_node("echo", echo)
+    g.add_edge(START, "ask")
+    g.add_edge("ask", "echo")
+    g.add_edge("echo", END)
+    return L.forgettable(g.compile(checkpointer=saver or InMemorySaver()))
+
+
+CFG1 = {"configurable": {"thread_id": "t1"}}
+
+
+def with_secret(graph):
+    graph.invoke({"messages": [("user", "hello")]}, CFG1)
+    graph.invoke({"messages": [L.source_message(SECRET, SID)]}, CFG1)
+
+
+def refused_as_it_was(graph, match):
+    saver = graph.checkpointer
+    before = repr(sorted((k, v) for k, v in saver.storage["t1"].items())) + repr(sorted(saver.writes.items()))
+    with pytest.raises(UnseeError, match=match):
+        L.forget(graph, "t1", [SID])
+    assert repr(sorted((k, v) for k, v in saver.storage["t1"].items())) + repr(sorted(saver.writes.items())) == before
+
+
+def test_a_commands_update_is_refused_alone_or_with_a_resume():
+    g = noting_graph()
+    with_secret(g)
+    g.invoke(Command(update={"note": "EXTRA"}), CFG1)
+    refused_as_it_was(g, r"changed by a Command's update or goto")
+    g = noting_graph()
+    with_secret(g)
+    g.invoke({"messages": [("user", "book it")]}, CFG1)
+    g.invoke(Command(resume="yes", update={"note": "EXTRA"}), CFG1)
+    refused_as_it_was(g, r"changed by a Command's update or goto")
+
+
+def test_a_resume_by_interrupt_id_is_refused():
+    g = noting_graph()
+    with_secret(g)
+    asked = g.invoke({"messages": [("user", "book it")]}, CFG1)["__interrupt__"][0]
+    g.invoke(Command(resume={asked.id: "yes"}), CFG1)
+    refused_as_it_was(g, r"resumed by interrupt id")
+
+
+def test_a_run_continued_from_an_edit_is_refused():
+    g = noting_graph()
+    with_secret(g)
+    g.update_state(CFG1, {"note": "EDIT"}, as_node="ask")
+    g.invoke(None, CFG1)
+    refused_as_it_was(g, r"continues an edit \(invoke\(None\) after update_state\)")
+
+
+def test_a_subgraph_with_its_own_persistent_state_is_refused():
+    """A subgraph compiled with checkpointer=True keeps its state across the parent's turns in a fixed
+    namespace, which a fork of the parent does not take back: the forget kept the secret there."""
+    sb = StateGraph(Noted)
+    sb.add_node("n", lambda s: {"seen": (s.get("seen") or "") + "|" + str(s["messages"][-1].content)})
+    sb.add_edge(START, "n")
+    sb.add_edge("n", END)
+    sub = sb.compile(checkpointer=True)
+    g = StateGraph(Noted)
+    g.add_node("call", lambda s: {"seen": sub.invoke({"messages": s["messages"][-1:]})["seen"]})
+    g.add_edge(START, "call")
+    g.add_edge("call", END)
+    graph = L.forgettable(g.compile(checkpointer=InMemorySaver()))
+    with_secret(graph)
+    graph.invoke({"messages": [("user", "bye")]}, CFG1)
+    refused_as_it_was(graph, r"subgraph compiled with checkpointer=True \(namespace 'call'\)")
+
+
+def test_a_tagged_message_inside_an_edit_is_forgotten():
+    g, twin = noting_graph(), noting_graph()
+    g.invoke({"messages": [("user", "hello")]}, CFG1)
+    g.update_state(CFG1, {"messages": [L.source_message(SECRET, SID)], "note": "kept"}, as_node="echo")
+    g.invoke({"messages": [("user", "bye")]}, CFG1)
+    assert [s["source"] for s in L.sources(g, "t1") if s["turn"] == 2] == [SID, "t2.note"]
+    L.forget(g, "t1", [SID])
+    twin.invoke({"messages": [("user", "hello")]}, CFG1)
+    twin.update_state(CFG1, {"messages": [], "note": "kept"}, as_node="echo")
+    twin.invoke({"messages": [("user", "bye")]}, CFG1)
+    assert L.compare_threads(g, "t1", twin, "t1") == []
+    assert SECRET not in repr(g.get_state(CFG1).values)

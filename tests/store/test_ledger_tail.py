@@ -67,3 +67,26 @@ def test_an_altered_record_is_still_found_where_the_chain_is_read_whole(folder):
     path.write_text("".join(lines))
     with pytest.raises(LedgerError, match="does not check at record 3"):
         Ledger(path, KEY).records()
+
+
+def test_an_append_after_the_last_record_was_altered_or_the_file_cut_reads_the_chain_whole(folder):
+    """The tail check compares the last line byte for byte at the size it had: an edit of the last
+    record that keeps its length, or a file cut short, sends the append to a whole read, which refuses."""
+    path = folder / "a.ledger"
+    led = Ledger(path, KEY)
+    for n in range(5):
+        append(led, n)
+    lines = path.read_text().splitlines(keepends=True)
+    lines[-1] = lines[-1].replace('"root4"', '"rootX"')  # same length
+    path.write_text("".join(lines))
+    with pytest.raises(LedgerError, match="does not check at record 4"):
+        append(led, 5)
+    led2 = Ledger(path.with_name("b.ledger"), KEY)
+    for n in range(5):
+        append(led2, n)
+    blob = led2.path.read_bytes()
+    led2.path.write_bytes(blob[: blob.rindex(b"\n", 0, len(blob) - 1) + 1])  # the last record cut off
+    before = led2.bytes_read
+    append(led2, 4)  # the chain is read whole (4 records) and continued from it
+    assert led2.bytes_read - before >= len(blob) // 2
+    assert [r.seq for r in Ledger(led2.path, KEY).records()] == list(range(5))

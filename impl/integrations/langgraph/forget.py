@@ -284,7 +284,8 @@ class _Job:
             kept = {(p.source, p.text) for p in o.parts}
             self.replayed.append(o)
             self.replay.turn, self.replay.seen = t.index, {}
-            config = {"configurable": recorded_config(t.start.metadata) | {"thread_id": self.thread_id} | fork}
+            ran = t.after if t.resumed else t.start  # the checkpoint the turn's own invocation wrote first
+            config = {"configurable": recorded_config(ran.metadata) | {"thread_id": self.thread_id} | fork}
             fork = {}
             if t.resumed:
                 yield ("invoke", Command(resume=t.resume)), config, interrupts(t.start)

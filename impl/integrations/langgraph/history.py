@@ -161,11 +161,32 @@ def check_history(tuples, thread_id: str, pending: tuple = ()) -> list:
     than by a turn, several interrupts pending at once, a failed step anywhere on the lineage, or a
     last turn that has not finished (`pending`: the head's next nodes, `graph.get_state(config).next`)
     other than by pausing at an `interrupt()`."""
+    fixed = sorted({_ns(t) for t in tuples if _ns(t) and any(":" not in part for part in _ns(t).split("|"))})
+    if fixed:
+        raise UnseeError(f"thread {thread_id!r} has checkpoints of a subgraph compiled with checkpointer=True (namespace "
+                         f"{fixed[0]!r}): it keeps its own state from turn to turn, which a fork of the parent does "
+                         "not take back; compile the subgraph with the default checkpointer (None) or False")
     line = line_of(tuples)
     if not line:
         raise UnseeError(f"thread {thread_id!r} has no checkpoints in this graph's checkpointer")
     for prev, t in zip([None] + line[:-1], line):
         source, step = t.metadata.get("source"), t.metadata.get("step")
+        if prev is None and source == "update":
+            raise UnseeError(f"thread {thread_id!r} starts with an edit (update_state before its first input); a "
+                             "forget replays edits of a thread that has run: give the first values as its first input")
+        if prev is not None and prev.metadata.get("source") == "update" and source == "loop":
+            raise UnseeError(f"thread {thread_id!r}: checkpoint {checkpoint_id(t)} continues an edit (invoke(None) after "
+                             "update_state); a forget replays an edit and the invocations given an input, not a run "
+                             "continued from an edit: give the next input instead of None")
+        writes = t.pending_writes or ()
+        if any(task == NULL_TASK and ch != RESUME for task, ch, _v in writes):
+            raise UnseeError(f"thread {thread_id!r}: checkpoint {checkpoint_id(t)} was changed by a Command's update or goto "
+                             "(invoke(Command(update=...)) or Command(resume=..., update=...)); a forget replays inputs, "
+                             "answers and edits: make the change with update_state, or answer with Command(resume=...) alone")
+        if any(ch == RESUME for _task, ch, _v in writes) and not resumes(t):
+            raise UnseeError(f"thread {thread_id!r}: checkpoint {checkpoint_id(t)} was resumed by interrupt id "
+                             "(Command(resume={id: value})); a forget replays one answer per resume, matched by its "
+                             "question: resume with Command(resume=value)")
         if source == "update" and UPDATE not in t.metadata:
             raise UnseeError(f"thread {thread_id!r}: checkpoint {checkpoint_id(t)} was written by an edit whose node is "
                              "not recorded (update_state on a graph not made forgettable, or bulk_update_state); make "

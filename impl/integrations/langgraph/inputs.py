@@ -154,6 +154,8 @@ def value_tag(v) -> str | None:
     """The source id an input value carries (`source_value`, or a dict's "unsee_source" key)."""
     if isinstance(v, SOURCED):
         return v.unsee_source
+    if isinstance(v, BaseMessage):  # a message in an edit's values: tagged as an input message is
+        return tag_of(v)
     if isinstance(v, dict) and isinstance(v.get(SOURCE), str) and v[SOURCE]:
         return v[SOURCE]
     return None
@@ -170,7 +172,9 @@ class Value:
 
     @property
     def text(self) -> str:
-        body = self.value if isinstance(self.value, str) else json.dumps(self.value, sort_keys=True, default=repr)
+        v = self.value
+        body = v if isinstance(v, str) else part_text(v) if isinstance(v, BaseMessage) else json.dumps(
+            v, sort_keys=True, default=repr)
         return f"{self.key}: {body}"
 
 
@@ -220,8 +224,8 @@ class SourcedSerde:
         if isinstance(obj, SOURCED):
             tags.append([list(path), obj.unsee_source])
             obj = str(obj) if isinstance(obj, str) else dict(obj)
-        if isinstance(obj, dict):
-            items = [(k, SourcedSerde._plain(v, path + (k,), tags)) for k, v in obj.items()]
+        if isinstance(obj, dict):  # a tag is kept under str and int keys (a path JSON writes back as it was)
+            items = [(k, SourcedSerde._plain(v, path + (k,), tags) if type(k) in (str, int) else v) for k, v in obj.items()]
             return obj if all(v is obj[k] for k, v in items) else dict(items)
         if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
             items = [SourcedSerde._plain(v, path + (i,), tags) for i, v in enumerate(obj)]
