@@ -398,24 +398,6 @@ def test_a_graph_with_a_runtime_context_is_forgotten_with_the_context_it_ran_wit
     assert L.compare_threads(graph, "t1", twin, "t1", llm_a=llm, llm_b=twin_llm) == []
 
 
-def test_a_graph_with_a_store_is_refused_before_its_first_thread_and_at_a_forget():
-    """What one thread writes to a LangGraph Store another reads: not yet replayed, so refused (no
-    "checked" receipt over a secret left in the store)."""
-    from langgraph.store.memory import InMemoryStore
-
-    llm = L.UnseeChatModel.from_model("tiny-llama")
-    g = StateGraph(MessagesState)
-    g.add_node("model", lambda s: {"messages": [llm.invoke(s["messages"])]})
-    g.add_edge(START, "model")
-    g.add_edge("model", END)
-    graph = g.compile(checkpointer=InMemorySaver(), store=InMemoryStore())
-    with pytest.raises(UnseeError, match="compiled with a store"):
-        L.forgettable(graph)
-    graph.invoke({"messages": [L.source_message(SECRET, SID)]}, {"configurable": {"thread_id": "t1"}})
-    with pytest.raises(UnseeError, match="compiled with a store"):
-        L.forget(graph, "t1", [SID])
-
-
 # --- shapes a reviewer found returning "checked" and wrong, now refused or exact ----------------------
 
 class Noted(MessagesState):

@@ -79,6 +79,11 @@ class ThreadReceipt(Receipt):
     # where the replay stopped at a pending interrupt, the twin's human not having answered yet:
     # {"turn": the first turn not replayed, "why": ..., "asked": the replay's questions there}; {} if it did not
     stopped: dict = field(default_factory=dict)
+    # a graph with a store (`shared`): every other thread the forget replayed because it read what the
+    # target changed, each with its own receipt (its plan's source: the read), and what the store lost,
+    # changed or gained: {"items_removed", "items_changed", "items_added", "spans", "spans_kept"}
+    threads: tuple = ()
+    store: dict = field(default_factory=dict)
 
 
 def artifacts_of(log: Sequence[Observation]) -> tuple[Artifact, ...]:
@@ -211,14 +216,18 @@ class _Job:
     derived_ids: bool = True  # the graph is forgettable: ids derive from the history (else the replay keeps the old ones)
 
     @classmethod
-    def prepare(cls, thread_id, srcs, method, checkpoint, tuples, pending, rows) -> "_Job":
+    def prepare(cls, thread_id, srcs, method, checkpoint, tuples, pending, rows, reads=None) -> "_Job":
+        """`reads`: turn → parts its observation also holds for the plan (a store read whose result
+        the forget changed, `shared`), so `plan_forget` places τ at the first of them."""
         line = check_history(tuples, thread_id, tuple(pending or ()))
         th = read_inputs(line, thread_id)
         raw, rows = rows, resolve(rows, tuples)
         # R_b where turn b+1 resumes an interrupt or edits the state: the old branch's answer or edit is
         # written on R_b itself (a pending write), so a fork there would find it; fork before it
         paused = {t.index - 1 for t in th.turns if t.resumed or t.updated}
-        s = session_of(th.log, [LedgerEntry(r.call_id, r.tool, r.args, r.turn) for r in rows], paused)
+        log = [Observation(o.kind, o.parts + tuple((reads or {}).get(t, ())), o.reply, o.tool, o.compact)
+               for t, o in enumerate(th.log, 1)]
+        s = session_of(log, [LedgerEntry(r.call_id, r.tool, r.args, r.turn) for r in rows], paused)
         plan = plan_forget(s, srcs, checkpoint, reset=method == "B5")  # lines 1–4
         old = line
         how = exactness([m for t in old for m in messages_in(t)], th.input_ids)
@@ -376,9 +385,9 @@ def _context(graph, context) -> dict:
     return {} if context is None else {"context": context}
 
 
-def _prepare(thread_id, sources_, method, checkpoint, tuples, pending, rows) -> _Job:
+def _prepare(thread_id, sources_, method, checkpoint, tuples, pending, rows, reads=None) -> _Job:
     try:
-        return _Job.prepare(thread_id, sources_, method, checkpoint, tuples, pending, rows)
+        return _Job.prepare(thread_id, sources_, method, checkpoint, tuples, pending, rows, reads)
     except UnknownSource as e:
         raise UnknownSource(f"{e}. A forget finds a source in each turn's input: its messages and its other keys "
                             "(source_message, source_value, or a place t<turn>.<k> / t<turn>.<key>); a value given in "
@@ -386,7 +395,7 @@ def _prepare(thread_id, sources_, method, checkpoint, tuples, pending, rows) -> 
 
 
 def forget(graph, thread_id: str, sources: Sequence[str], method: str = "B7", checkpoint: int | None = None,
-           erase: bool = True, redact_ledger: bool = False, context=None) -> ThreadReceipt:
+           erase: bool = True, redact_ledger: bool = False, context=None, wait: float = 30.0) -> ThreadReceipt:
     """Forget `sources` from a thread: fork from R_c (c: the last boundary before τ, or the forced
     `checkpoint`; method "B5": R_0), replay turns c+1..T on the sanitized inputs through the same
     compiled graph, and erase the old branch (its subgraphs' checkpoints too). The thread's head is
@@ -398,12 +407,21 @@ def forget(graph, thread_id: str, sources: Sequence[str], method: str = "B7", ch
     `context_schema`: LangGraph does not checkpoint it); each turn's `configurable` keys come from
     its checkpoint.
 
+    A graph with a store (made `forgettable`) is forgotten across threads (`across`): every thread
+    that read what the target changed is replayed from that read, the store ends as the twin's, and
+    the receipt's `threads` and `store` say what else the forget touched. `wait`: how long it waits
+    for running invocations of threads sharing the store before it refuses.
+
     A graph whose checkpointer is async (AsyncSqliteSaver, AsyncPostgresSaver) is forgotten with
     `await aforget(...)`."""
     t0 = time.perf_counter()
     _arguments(sources, method)
     ad = graph_adapter(graph)
     extra = _context(graph, context)
+    if getattr(graph, "store", None) is not None:
+        from unsee.impl.integrations.langgraph.across import forget_across
+
+        return forget_across(graph, ad, thread_id, sources, method, checkpoint, erase, redact_ledger, extra, wait, t0)
     if ad.is_async:
         raise UnseeError(f"the graph's checkpointer is an {type(ad.saver).__name__}, whose I/O is async: forget "
                          "with `await aforget(graph, thread_id, sources)`")
@@ -446,6 +464,9 @@ async def aforget(graph, thread_id: str, sources: Sequence[str], method: str = "
     _arguments(sources, method)
     ad = graph_adapter(graph)
     extra = _context(graph, context)
+    if getattr(graph, "store", None) is not None:
+        raise UnseeError("a graph with a store is forgotten across threads by forget(graph, ...), which is sync: "
+                         "aforget does not replay a store yet (use a sync checkpointer and store for such a graph)")
     if not ad.is_async and ad.kind != "memory":
         raise UnseeError(f"the graph's checkpointer is a {type(ad.saver).__name__}, which has no async interface: "
                          "forget with forget(graph, thread_id, sources)")

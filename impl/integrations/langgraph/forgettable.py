@@ -2,11 +2,11 @@
 
 A forget replays a thread through the same compiled graph, so the graph must be one whose
 storage a forget can erase (its checkpointer's adapter, `checkpointers`), whose tools are marked
-(`tools`), with no store (what one thread writes there another reads: not yet replayed) and no
-static interrupt (a pause there leaves no mark). `forgettable(graph)` checks that when the graph
+(`tools`), whose store, if it has one, is one a forget knows the storage of (`shared`), and
+with no static interrupt (a pause there leaves no mark). `forgettable(graph)` checks that when the graph
 is built, and makes its threads ones a forget reproduces exactly: message ids derived from their
-place, `source_value` tags kept by the checkpointer, and `update_state` recording the node an
-edit is made as.
+place, `source_value` tags kept by the checkpointer, `update_state` recording the node an
+edit is made as, and every operation on the graph's store journaled (`shared.record_spans`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 from unsee.impl.integrations.langgraph.checkpointers import adapter
 from unsee.impl.integrations.langgraph.history import UPDATE
 from unsee.impl.integrations.langgraph.inputs import keep_tags, provenance_ids
+from unsee.impl.integrations.langgraph.shared import _Recorded, record_spans, store_kind
 from unsee.impl.integrations.langgraph.tools import marked_tools
 from unsee.model.errors import UnseeError
 
@@ -33,6 +34,7 @@ def forgettable(graph):
     graph_adapter(graph)
     keep_tags(graph.checkpointer)
     record_edits(graph)
+    record_spans(graph)  # a store: journaled, each invocation a span (`shared`)
     n = 0
     for ch in graph.channels.values():
         if isinstance(ch, BinaryOperatorAggregate) and (ch.operator is add_messages or
@@ -73,10 +75,8 @@ def graph_adapter(graph):
     """The graph's checkpointer's adapter, once the graph's shape is one a forget can replay."""
     ad = adapter(getattr(graph, "checkpointer", None))
     marked_tools(graph)
-    if getattr(graph, "store", None) is not None:
-        raise UnseeError(f"the graph was compiled with a store ({type(graph.store).__name__}): what its nodes and tools "
-                         "put there is shared across threads, and a forget cannot yet find, replay or erase what a "
-                         "thread wrote to it; compile the graph without store= to forget on it")
+    if getattr(graph, "store", None) is not None and not isinstance(graph.store, _Recorded):
+        store_kind(graph.store)  # one whose storage a forget knows, without a ttl
 
     stops = list(getattr(graph, "interrupt_before_nodes", None) or ()) + list(
         getattr(graph, "interrupt_after_nodes", None) or ())

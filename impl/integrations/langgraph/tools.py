@@ -22,6 +22,7 @@ turn's earlier checkpoints were saved yet (LangGraph saves them in the backgroun
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import hashlib
 import json
@@ -220,13 +221,17 @@ class MarkedTool(BaseTool):
         args_json = canonical(self._visible(input["args"]))
         replay = REPLAY.get()
         if replay is None:
-            out = _named(self.inner.invoke(input, config, **kwargs), input["id"])
+            with _running(self.name, args_json):
+                out = _named(self.inner.invoke(input, config, **kwargs), input["id"])
             if self.kind == CONSEQUENTIAL and (where := _where(config)) is not None:
                 where[0].record(where[1], where[2], self.name, args_json, _text(out))
             return out
         if self.kind == READ_ONLY:
             served = self._served(input, replay, args_json)
-            return served if served is not None else _named(self.inner.invoke(input, config, **kwargs), input["id"])
+            if served is not None:
+                return served
+            with _running(self.name, args_json):
+                return _named(self.inner.invoke(input, config, **kwargs), input["id"])
         return self._replayed(input, replay, args_json)
 
     async def ainvoke(self, input, config=None, **kwargs):
@@ -238,7 +243,8 @@ class MarkedTool(BaseTool):
         args_json = canonical(self._visible(input["args"]))
         replay = REPLAY.get()
         if replay is None:
-            out = _named(await self.inner.ainvoke(input, config, **kwargs), input["id"])
+            with _running(self.name, args_json):
+                out = _named(await self.inner.ainvoke(input, config, **kwargs), input["id"])
             if self.kind == CONSEQUENTIAL and (where := _where(config)) is not None:
                 await where[0].arecord(where[1], where[2], self.name, args_json, _text(out))
             return out
@@ -246,8 +252,22 @@ class MarkedTool(BaseTool):
             served = self._served(input, replay, args_json)
             if served is not None:
                 return served
-            return _named(await self.inner.ainvoke(input, config, **kwargs), input["id"])
+            with _running(self.name, args_json):
+                return _named(await self.inner.ainvoke(input, config, **kwargs), input["id"])
         return self._replayed(input, replay, args_json)
+
+
+@contextlib.contextmanager
+def _running(name: str, args_json: str):
+    """The tool call a store operation is made in (`shared` journals it: a read-only call that used
+    the store is run again by a replay, never answered from the record)."""
+    from unsee.impl.integrations.langgraph.shared import TOOL
+
+    token = TOOL.set((name, args_json))
+    try:
+        yield
+    finally:
+        TOOL.reset(token)
 
 
 def _where(config):

@@ -1,0 +1,314 @@
+"""A LangGraph Store shared by threads, forgotten across them (issue: shared memory across threads).
+
+Each test runs the same turns twice: once with the secret (then forgets it) and once as the twin
+that never saw it, and compares every thread, the store's items and every byte the checkpointer
+and the store hold. On InMemoryStore, SqliteStore and PostgresStore (a real server, as the
+checkpointer tests run it).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+
+import pytest
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.store.base import BaseStore
+from langgraph.store.memory import InMemoryStore
+
+from unsee.impl.integrations import langgraph as L
+from unsee.impl.integrations.langgraph.shared import RecordedStore, spans_of
+from unsee.model.errors import UnseeError
+
+SECRET = "remember: my passport is P4471902"
+SID = "secret"
+
+
+def file_bytes(path) -> bytes:
+    return b"".join(p.read_bytes() for p in (path, path.with_name(path.name + "-wal")) if p.exists())
+
+
+class Backing:
+    """A checkpointer and a store of one kind, and every byte they hold."""
+
+    def __init__(self, kind, tmp_path, pg=None, name="a") -> None:
+        self.kind, self.pg = kind, pg
+        self.cp_path, self.st_path = tmp_path / f"{name}-cp.sqlite", tmp_path / f"{name}-store.sqlite"
+        if kind == "memory":
+            self.saver, self.store = InMemorySaver(), InMemoryStore()
+        elif kind == "sqlite":
+            from langgraph.checkpoint.sqlite import SqliteSaver
+            from langgraph.store.sqlite import SqliteStore
+
+            self.saver = SqliteSaver(sqlite3.connect(str(self.cp_path), check_same_thread=False))
+            self.store = SqliteStore(sqlite3.connect(str(self.st_path), check_same_thread=False,
+                                                     isolation_level=None))
+            self.store.setup()
+        else:
+            import psycopg
+            from langgraph.checkpoint.postgres import PostgresSaver
+            from langgraph.store.postgres import PostgresStore
+            from psycopg.rows import dict_row
+
+            self.db = pg.createdb()
+            self.conn = psycopg.connect(pg.url(self.db), autocommit=True, prepare_threshold=0, row_factory=dict_row)
+            self.saver = PostgresSaver(self.conn)
+            self.saver.setup()
+            self.store_conn = psycopg.connect(pg.url(self.db), autocommit=True, prepare_threshold=0,
+                                              row_factory=dict_row)
+            self.store = PostgresStore(self.store_conn)
+            self.store.setup()
+
+    def held(self) -> dict[str, bytes]:
+        if self.kind == "memory":
+            return {"memory": repr((self.saver.storage, self.saver.writes, self.saver.blobs,
+                                    self.store._data)).encode()}
+        if self.kind == "sqlite":
+            return {"checkpointer file": file_bytes(self.cp_path), "store file": file_bytes(self.st_path)}
+        files = self.pg.table_files(self.db, ("checkpoints", "checkpoint_blobs", "checkpoint_writes", "store",
+                                              "unsee_store_journal"))
+        return {"pg_dump": self.pg.dump(self.db), "the tables' files": b"".join(files.values())}
+
+
+def items(store, keys=True) -> list:
+    """The store's items by value (and key), every namespace."""
+    out = []
+    for ns in store.list_namespaces():
+        for it in store.search(ns, limit=1000):
+            out.append((ns, it.key if keys else "", json.dumps(it.value, sort_keys=True)))
+    return sorted(out)
+
+
+def memory_graph(saver, store, llm=None):
+    """The memory pattern of LangGraph's docs: a node that searches the user's memories for its
+    prompt, saves a message that says "remember" under a key that counts them, and deletes them
+    all when asked to forget everything."""
+    llm = llm or L.UnseeChatModel.from_model("tiny-llama")
+
+    def call_model(state: MessagesState, config: RunnableConfig, *, store: BaseStore):
+        ns = ("memories", config["configurable"]["user_id"])
+        found = store.search(ns, query=str(state["messages"][-1].content))
+        text = str(state["messages"][-1].content)
+        if "remember" in text.lower():
+            store.put(ns, f"m{len(found)}", {"data": text})
+        if "wipe" in text.lower():
+            for it in found:
+                store.delete(ns, it.key)
+        info = "\n".join(d.value["data"] for d in found)
+        return {"messages": llm.invoke([{"role": "system", "content": f"User info: {info}"}] + state["messages"])}
+
+    g = StateGraph(MessagesState)
+    g.add_node(call_model)
+    g.add_edge(START, "call_model")
+    return L.forgettable(g.compile(checkpointer=saver, store=store)), llm
+
+
+def cfg(thread, user="u1"):
+    return {"configurable": {"thread_id": thread, "user_id": user}}
+
+
+def say(text):
+    return {"messages": [("user", text)]}
+
+
+def run(graph, secret: bool) -> None:
+    """t1 tells the secret, t2 recalls it, t1 goes on, t3 (another user) never reads it."""
+    graph.invoke(say("hi, I am Ann"), cfg("t1"))
+    graph.invoke(say("remember: I like green tea"), cfg("t3", "u2"))
+    graph.invoke({"messages": [L.source_message(SECRET, SID)] if secret else []}, cfg("t1"))
+    graph.invoke(say("remember: I like tea"), cfg("t1"))
+    graph.invoke(say("what do you remember about me?"), cfg("t2"))
+    graph.invoke(say("and more?"), cfg("t1"))
+    graph.invoke(say("remember: call me Ann"), cfg("t2"))
+    graph.invoke(say("what do you know?"), cfg("t3", "u2"))
+
+
+def twin_of(kind, tmp_path, pg, llm):
+    b = Backing(kind, tmp_path, pg, name="twin")
+    graph, _ = memory_graph(b.saver, b.store, llm)
+    run(graph, False)
+    return graph, b
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
+def test_a_secret_one_thread_saved_and_another_read_is_forgotten_in_both(kind, tmp_path, request):
+    pg = request.getfixturevalue("postgres") if kind == "postgres" else None
+    b = Backing(kind, tmp_path, pg)
+    graph, llm = memory_graph(b.saver, b.store)
+    run(graph, True)
+    assert any(b"P4471902" in blob for blob in b.held().values())
+    receipt = L.forget(graph, "t1", [SID])
+    twin, tb = twin_of(kind, tmp_path, pg, llm)
+    for t in ("t1", "t2", "t3"):
+        assert L.compare_threads(graph, t, twin, t) == [], t
+    assert items(b.store) == items(tb.store)
+    for where, blob in b.held().items():
+        assert b"P4471902" not in blob, f"the secret is left in the {where}"
+    # the cost: t1 from τ (T−τ+1), t2 from its first read of what changed, t3 (another user's namespace) kept
+    assert (receipt.tau, receipt["T"], receipt.transitions) == (2, 4, 3)
+    assert [(r.thread_id, r.tau, r.transitions, r.sources) for r in receipt.threads] == [
+        ("t2", 1, 2, ("store-read@t1",))]
+    assert receipt.store["threads"] == ["t1", "t2"]
+    # u1's memories are keyed by how many there were: the twin has one fewer, so the last key goes
+    assert receipt.store["items_removed"] == ["memories/u1:m3"]
+    assert receipt.store["spans_kept"] == 1  # t3's second turn read only u2's memories
+    assert receipt.exactness == "checked"
+    # the journal is the twin's: a second forget of another source runs on it
+    L.forget(graph, "t2", ["t2.1"])
+
+
+def test_b5_resets_every_thread_and_ends_where_b7_does(tmp_path):
+    b7, b5 = Backing("memory", tmp_path, name="b7"), Backing("memory", tmp_path, name="b5")
+    g7, llm = memory_graph(b7.saver, b7.store)
+    g5, _ = memory_graph(b5.saver, b5.store, llm)
+    run(g7, True)
+    run(g5, True)
+    r7, r5 = L.forget(g7, "t1", [SID]), L.forget(g5, "t1", [SID], method="B5")
+    for t in ("t1", "t2", "t3"):
+        assert L.compare_threads(g7, t, g5, t) == [], t
+    assert items(b7.store) == items(b5.store)
+    b7_total = r7.transitions + sum(r.transitions for r in r7.threads)
+    b5_total = r5.transitions + sum(r.transitions for r in r5.threads)
+    assert (b7_total, b5_total) == (5, 8)  # B5 replays all 8 turns of the three threads
+
+
+def test_a_thread_that_read_nothing_changed_is_not_replayed(tmp_path):
+    b = Backing("memory", tmp_path)
+    graph, llm = memory_graph(b.saver, b.store)
+    graph.invoke(say("hello"), cfg("t1"))
+    graph.invoke(say("remember: I like tea"), cfg("t2"))
+    graph.invoke({"messages": [L.source_message("my name is Ann", SID)]}, cfg("t1"))  # says no "remember"
+    graph.invoke(say("what do you remember?"), cfg("t2"))
+    receipt = L.forget(graph, "t1", [SID])
+    assert receipt.threads == () and receipt.store["spans_kept"] == 1 and receipt.transitions == 1
+
+
+def test_a_delete_is_replayed_and_a_store_emptied_by_the_twin_stays_empty(tmp_path):
+    b = Backing("memory", tmp_path)
+    graph, llm = memory_graph(b.saver, b.store)
+    graph.invoke(say("hello"), cfg("t1"))
+    graph.invoke({"messages": [L.source_message(SECRET, SID)]}, cfg("t1"))
+    graph.invoke(say("remember: tea"), cfg("t2"))
+    graph.invoke(say("please wipe it all"), cfg("t2"))
+    graph.invoke(say("remember: coffee"), cfg("t1"))
+    L.forget(graph, "t1", [SID])
+    tb = Backing("memory", tmp_path, name="twin")
+    twin, _ = memory_graph(tb.saver, tb.store, llm)
+    twin.invoke(say("hello"), cfg("t1"))
+    twin.invoke({"messages": []}, cfg("t1"))
+    twin.invoke(say("remember: tea"), cfg("t2"))
+    twin.invoke(say("please wipe it all"), cfg("t2"))
+    twin.invoke(say("remember: coffee"), cfg("t1"))
+    assert items(b.store) == items(tb.store)
+    for t in ("t1", "t2"):
+        assert L.compare_threads(graph, t, twin, t) == [], t
+
+
+# --- refused before a byte changes ------------------------------------------------------------------
+
+def snapshot(b):
+    return (repr((b.saver.storage, b.saver.writes)), items(b.store), repr(b.store._data))
+
+
+def test_a_store_written_outside_the_graph_is_refused(tmp_path):
+    b = Backing("memory", tmp_path)
+    graph, _ = memory_graph(b.saver, b.store)
+    run(graph, True)
+    b.store.put(("memories", "u1"), "m0", {"data": "changed by hand"})  # the store itself, not graph.store
+    before = snapshot(b)
+    with pytest.raises(UnseeError, match="written outside the graph"):
+        L.forget(graph, "t1", [SID])
+    assert snapshot(b) == before
+
+
+def test_writes_through_graph_store_outside_a_thread_are_kept(tmp_path):
+    b = Backing("memory", tmp_path)
+    graph, llm = memory_graph(b.saver, b.store)
+    graph.invoke(say("hello"), cfg("t1"))
+    graph.invoke({"messages": [L.source_message(SECRET, SID)]}, cfg("t1"))
+    graph.store.put(("memories", "u1"), "seed", {"data": "likes jazz"})  # the app, between turns
+    graph.invoke(say("what do you remember?"), cfg("t1"))
+    L.forget(graph, "t1", [SID])
+    assert ("memories", "u1") in b.store.list_namespaces()
+    # the app's write is kept where it was; the last turn (it says "remember") saved itself beside it
+    assert sorted((it.key, it.value["data"]) for it in b.store.search(("memories", "u1"))) == [
+        ("m1", "what do you remember?"), ("seed", "likes jazz")]
+
+
+def test_a_thread_run_before_the_graph_was_made_forgettable_is_refused(tmp_path):
+    b = Backing("memory", tmp_path)
+    llm = L.UnseeChatModel.from_model("tiny-llama")
+    g = StateGraph(MessagesState)
+    g.add_node("m", lambda s: {"messages": llm.invoke(s["messages"])})
+    g.add_edge(START, "m")
+    graph = g.compile(checkpointer=b.saver, store=b.store)
+    graph.invoke({"messages": [L.source_message(SECRET, SID)]}, cfg("t1"))
+    with pytest.raises(UnseeError, match="was not recorded"):
+        L.forget(graph, "t1", [SID])
+    L.forgettable(graph)
+    with pytest.raises(UnseeError, match="1 turns in its checkpoints but 0 invocations"):
+        L.forget(graph, "t1", [SID])
+
+
+def test_a_store_with_a_ttl_or_of_an_unknown_class_is_refused_at_forgettable():
+    class MyStore(InMemoryStore):
+        pass
+
+    for store, why in ((MyStore(), "exactly those classes"),):
+        llm = L.UnseeChatModel.from_model("tiny-llama")
+        g = StateGraph(MessagesState)
+        g.add_node("m", lambda s: {"messages": llm.invoke(s["messages"])})
+        g.add_edge(START, "m")
+        with pytest.raises(UnseeError, match=why):
+            L.forgettable(g.compile(checkpointer=InMemorySaver(), store=store))
+    from langgraph.store.sqlite import SqliteStore
+
+    ttl = SqliteStore(sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None),
+                      ttl={"default_ttl": 1.0})
+    with pytest.raises(UnseeError, match="has a ttl"):
+        RecordedStore(ttl)
+
+
+def test_turns_of_two_threads_that_ran_at_the_same_time_are_refused(tmp_path):
+    b = Backing("memory", tmp_path)
+    graph, _ = memory_graph(b.saver, b.store)
+    run(graph, True)
+    j = graph.store.journal  # t2's turn began while t1's last turn still ran: move its begin earlier
+    ev = j._events
+    last_t1 = max(i for i, e in enumerate(ev) if e["e"] == "begin" and e["thread"] == "t1")
+    nxt = next(i for i, e in enumerate(ev) if i > last_t1 and e["e"] == "begin")
+    ev.insert(last_t1 + 1, ev.pop(nxt))
+    with pytest.raises(UnseeError, match="ran at the same time"):
+        L.forget(graph, "t1", [SID])
+
+
+# --- concurrency: a forget while another thread writes ---------------------------------------------
+
+def test_a_forget_while_another_thread_writes_loses_no_write(tmp_path):
+    b = Backing("memory", tmp_path)
+    graph, llm = memory_graph(b.saver, b.store)
+    run(graph, True)
+    n, errors = 6, []
+
+    def writer():
+        try:
+            for k in range(n):
+                graph.invoke(say(f"remember: fact {k}"), cfg("t9", "u9"))
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    w = threading.Thread(target=writer)
+    w.start()
+    receipt = L.forget(graph, "t1", [SID])
+    w.join()
+    assert not errors
+    got = sorted(json.loads(v)["data"] for ns, _k, v in items(b.store) if ns == ("memories", "u9"))
+    # the node keys each memory by how many it found: every write is there, none replayed over
+    assert got == sorted(f"remember: fact {k}" for k in range(n))
+    sp = spans_of(graph.store.journal.events())
+    assert sp.turns["t9"] == n
+    assert receipt.store["threads"] == ["t1", "t2"]
+    assert b"P4471902" not in b.held()["memory"]
