@@ -312,3 +312,38 @@ def test_a_forget_while_another_thread_writes_loses_no_write(tmp_path):
     assert sp.turns["t9"] == n
     assert receipt.store["threads"] == ["t1", "t2"]
     assert b"P4471902" not in b.held()["memory"]
+
+
+# --- held-out memory agents (written from LangGraph's docs by someone who had not read this code) ---
+
+def _threads(graph) -> list[str]:
+    return sorted({t.config["configurable"]["thread_id"] for t in graph.checkpointer.list(None)})
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
+@pytest.mark.parametrize("agent", ["node_memory_agent", "tool_memory_agent", "profile_agent", "shared_memory_agent"])
+def test_heldout_memory_agents_forget_exactly_in_every_thread(agent, kind, tmp_path, request):
+    """t1 equals its twin, t2 equals the twin's t2, the store equals the twin's (items by value: the
+    docs' agents key some items by uuid4), no byte of the secret in the checkpointer's or the
+    store's storage, and no consequential tool fired again."""
+    from tests.integrations import heldout_memory_agents as M
+
+    build, drive = M.AGENTS[agent]
+    pg = request.getfixturevalue("postgres") if kind == "postgres" else None
+    b = Backing(kind, tmp_path, pg)
+    graph, counters = build(b.saver, b.store)
+    drive(graph, True)
+    assert any(b"P4471902" in blob for blob in b.held().values())
+    fired = dict(counters)
+    receipt = L.forget(graph, "t1", [M.SECRET_ID])
+    assert counters == fired, "a consequential tool ran again in the replay"
+    tb = Backing(kind, tmp_path, pg, name="twin")  # the same kind: each orders a search its own way
+    twin, _ = build(tb.saver, tb.store)
+    drive(twin, False)
+    assert _threads(graph) == _threads(twin)
+    for t in _threads(graph):
+        assert L.compare_threads(graph, t, twin, t) == [], t
+    assert items(b.store, keys=agent != "node_memory_agent") == items(tb.store, keys=agent != "node_memory_agent")
+    for where, blob in b.held().items():
+        assert b"P4471902" not in blob, f"the secret is left in the {where}"
+    assert receipt.exactness == "checked" and receipt.transitions == receipt["T"] - receipt["checkpoint"]

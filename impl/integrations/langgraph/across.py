@@ -20,7 +20,7 @@ from unsee.impl.integrations.langgraph.forget import (
     NOTHING, STOP_NONE, STOP_OTHER, ThreadReceipt, _asked, _head, _prepare, _replay_failed, derives_ids,
 )
 from unsee.impl.integrations.langgraph.history import all_checkpoints, kept_with_subgraphs, lineage
-from unsee.impl.integrations.langgraph.shared import REPLAYING, canonical_value, op_of, recorded, spans_of
+from unsee.impl.integrations.langgraph.shared import REPLAYING, canonical_value, op_of, recorded, spans_of, stamp
 from unsee.impl.integrations.langgraph.tools import CONSEQUENTIAL, REPLAY, marked_tools
 from unsee.model.errors import UnseeError
 from unsee.model.shared import overlapping, schedule
@@ -50,13 +50,27 @@ class _Runtime:
         item = self.store.inner.batch([GetOp(key[0], key[1])])[0]
         return None if item is None else item.value
 
-    def _put(self, key, value, index) -> None:
+    def _put(self, key, value, index, at=None, pos=None) -> None:
         from langgraph.store.base import PutOp
 
         if key not in self.original:
-            self.original[key] = (self._get(key), self.index.get(key))
+            self.original[key] = self._item(key) + (self.index.get(key),)
         self.store.inner.batch([PutOp(key[0], key[1], value, index=index)])
+        if value is not None and at is not None:
+            stamp(self.store, key, at, pos)
+        elif value is not None:
+            self.store.restamp(*key)
         self.index[key] = index
+
+    def _item(self, key) -> tuple:
+        """(value, [created, updated], place) of the item under `key` now ((None, None, None): none)."""
+        from langgraph.store.base import GetOp
+
+        item = self.store.inner.batch([GetOp(key[0], key[1])])[0]
+        if item is None:
+            return None, None, None
+        pos = list(self.store.inner._data[key[0]]).index(key[1]) if self.store.kind == "memory" else None
+        return item.value, [item.created_at.isoformat(), item.updated_at.isoformat()], pos
 
     def read(self, ask):
         from langgraph.store.base import GetOp, ListNamespacesOp, MatchCondition, SearchOp
@@ -73,9 +87,10 @@ class _Runtime:
         return self.store.digest(got_of(self.store.inner.batch([op])[0]))
 
     def write(self, key, rec):
-        before = self._get(key)
-        was = None if before is None else {"value": before, "index": self.index.get(key)}
-        self._put(key, None if rec is None else rec["value"], None if rec is None else rec.get("index"))
+        value, at, pos = self._item(key)
+        was = None if value is None else {"value": value, "index": self.index.get(key), "at": at, "pos": pos}
+        self._put(key, None if rec is None else rec["value"], None if rec is None else rec.get("index"),
+                  None if rec is None else rec.get("at"), None if rec is None else rec.get("pos"))
         return was
 
     # the threads
@@ -129,15 +144,17 @@ class _Runtime:
         for e in capture:
             if e["op"] == "put":
                 key = (tuple(e["ns"]), e["key"])
-                self.original.setdefault(key, (e["before"], self.index.get(key)))
+                self.original.setdefault(key, (e["before"], e.get("before_at"), e.get("before_pos"), self.index.get(key)))
                 self.index[key] = e.get("index")
 
     def rollback(self) -> None:
         """Every item the forget wrote, back as it was when the forget began."""
         from langgraph.store.base import PutOp
 
-        for key, (value, index) in self.original.items():
+        for key, (value, at, pos, index) in self.original.items():
             self.store.inner.batch([PutOp(key[0], key[1], value, index=index)])
+            if value is not None and at is not None:
+                stamp(self.store, key, at, pos)
 
 
 def _history(graph, ad, threads) -> dict:
@@ -250,7 +267,8 @@ def forget_across(graph, ad, thread_id, sources, method, checkpoint, erase, reda
             for i in reversed(tail):  # the store as it stood just before the first replayed span
                 for e in reversed(sp.events[i]):
                     if e["e"] == "op" and e["op"] == "put":
-                        rt._put((tuple(e["ns"]), e["key"]), e["before"], before_index[e["seq"]])
+                        rt._put((tuple(e["ns"]), e["key"]), e["before"], before_index[e["seq"]],
+                                e.get("before_at"), e.get("before_pos"))
             if method == "B5":
                 for u in threads:
                     if u != thread_id:

@@ -302,6 +302,22 @@ class _Recorded:
         self.gate = Gate()
         self.index_config = getattr(inner, "index_config", None)
 
+    def restamp(self, ns, key) -> None:
+        """SQLite's CURRENT_TIMESTAMP counts seconds, so items written within one second tie in a
+        search's newest-first order, and which comes first is the query plan's choice: an item a
+        recorded SqliteStore writes is stamped to the microsecond, each later than the last."""
+        if self.kind != "sqlite":
+            return
+        from datetime import datetime, timedelta, timezone
+
+        now = datetime.now(timezone.utc).replace(tzinfo=None)
+        last = getattr(self, "_last_stamp", None)
+        if last is not None and now <= last:
+            now = last + timedelta(microseconds=1)
+        self._last_stamp = now
+        at = now.isoformat(sep=" ")
+        stamp(self, (tuple(ns), key), [at, at])
+
     # the digest of what a read got: keyed by the journal's salt
     def digest(self, got) -> str:
         text = json.dumps(got, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
@@ -321,11 +337,19 @@ class _Recorded:
         inner = self.inner
         if isinstance(op, PutOp):
             before = inner.batch([GetOp(op.namespace, op.key)])[0]
+            where = list(inner._data[tuple(op.namespace)]).index(op.key) if (
+                before is not None and self.kind == "memory") else None
             inner.batch([op])
+            if op.value is not None:
+                self.restamp(op.namespace, op.key)
             event = {"e": "op", "op": "put", "ns": _ns(op.namespace), "key": op.key,
                      "value": None if op.value is None else dict(op.value),
                      "index": op.index if op.index is None or op.index is False else list(op.index),
                      "before": None if before is None else before.value}
+            if before is not None:  # where the old item stood, so a forget puts it back as it was
+                event["before_at"] = [before.created_at.isoformat(), before.updated_at.isoformat()]
+                if where is not None:
+                    event["before_pos"] = where
             if op.ttl is not None:
                 event["ttl"] = op.ttl
             result = None
@@ -370,6 +394,34 @@ class _Recorded:
 
     def end(self, thread_id) -> None:
         self.journal.append({"e": "end", "thread": thread_id})
+
+
+def stamp(store, key, at, pos=None) -> None:
+    """Give the item under `key` (namespace, key) the creation and update times `at` (ISO text) it
+    had, and, in an InMemoryStore, its place among its namespace's items: the order searches
+    return items in (the newest first in SQLite and Postgres, by place in memory)."""
+    from datetime import datetime
+
+    from langgraph.store.base import Item
+
+    inner, (ns, k) = store.inner, key
+    created, updated = datetime.fromisoformat(at[0]), datetime.fromisoformat(at[1])
+    if store.kind == "memory":
+        items = inner._data[ns]
+        old = items[k]
+        items[k] = Item(value=old.value, key=k, namespace=ns, created_at=created, updated_at=updated)
+        if pos is not None and list(items).index(k) != pos:
+            order = [x for x in items if x != k]
+            order.insert(pos, k)
+            inner._data[ns] = {x: items[x] for x in order}
+    elif store.kind == "sqlite":
+        with inner.lock:
+            inner.conn.execute("UPDATE store SET created_at = ?, updated_at = ? WHERE prefix = ? AND key = ?",
+                               (created.isoformat(sep=" "), updated.isoformat(sep=" "), ".".join(ns), k))
+    else:
+        with inner._cursor() as cur:
+            cur.execute("UPDATE store SET created_at = %s, updated_at = %s WHERE prefix = %s AND key = %s",
+                        (created, updated, ".".join(ns), k))
 
 
 def got_of(result):
