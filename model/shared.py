@@ -108,7 +108,9 @@ def schedule(spans: Sequence[Span], start: dict, rt: Runtime) -> Outcome:
             out.spans.append(s)
             out.kept += 1
             continue
-        for key, before in reversed(done):  # the span's writes so far come back out
+        # the span's writes so far come back out: its replay makes them again (the same state, the
+        # same reads up to here), and records the store as it stood before them
+        for key, before in reversed(done):
             rt.write(key, before)
         out.replayed[s.thread] = s.turn
         rt.start(s.thread, s.turn, changed)

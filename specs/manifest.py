@@ -111,4 +111,15 @@ MANIFEST = (
                   "tests/store/test_erasure.py::test_erasure_catches_a_store_that_keeps_the_prefix_verbatim",
                   "tests/specs/test_erasure.py::test_erasure_catches_a_forgotten_text_left_in_a_side_file"],
     },
+    {
+        "statement": "Forgetting across threads that share a store (model/shared.schedule): the store and every "
+                     "thread equal a full reset of every thread, each thread replayed T_u - tau_u + 1 times "
+                     "(Corollary 1 per thread; none where no read changed)",
+        "spec": "cross_thread_forget_is_a_full_reset",
+        "proofs": [],
+        "code": [],
+        "tests": ["tests/specs/test_shared.py::test_a_cross_thread_forget_is_a_full_reset_at_its_optimal_cost",
+                  "tests/specs/test_shared.py::test_the_statement_catches_each_mistaken_schedule",
+                  "tests/integrations/test_langgraph_store.py::test_heldout_memory_agents_forget_exactly_in_every_thread"],
+    },
 )

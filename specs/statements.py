@@ -409,6 +409,12 @@ FORGET_STATEMENTS = (
 )
 
 
+# statements on more than one thread, checked on their own records (`unsee.specs.shared`)
+from unsee.specs.shared import cross_thread_forget_is_a_full_reset  # noqa: E402
+
+SHARED_STATEMENTS = (cross_thread_forget_is_a_full_reset,)
+
+
 def check_all(ob: Observed) -> None:
     for spec in FORGET_STATEMENTS:
         spec(ob)
