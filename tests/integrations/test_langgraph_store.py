@@ -20,6 +20,7 @@ from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 
 from unsee.impl.integrations import langgraph as L
+from unsee.impl.integrations.langgraph import record as _record  # noqa: F401 (L.record)
 from unsee.impl.integrations.langgraph.shared import RecordedStore, spans_of
 from unsee.model.errors import UnseeError
 
@@ -82,7 +83,7 @@ def items(store, keys=True) -> list:
     return sorted(out)
 
 
-def memory_graph(saver, store, llm=None):
+def memory_graph(saver, store, llm=None, made_forgettable=True):
     """The memory pattern of LangGraph's docs: a node that searches the user's memories for its
     prompt, saves a message that says "remember" under a key that counts them, and deletes them
     all when asked to forget everything."""
@@ -103,7 +104,8 @@ def memory_graph(saver, store, llm=None):
     g = StateGraph(MessagesState)
     g.add_node(call_model)
     g.add_edge(START, "call_model")
-    return L.forgettable(g.compile(checkpointer=saver, store=store)), llm
+    graph = g.compile(checkpointer=saver, store=store)
+    return (L.forgettable(graph) if made_forgettable else graph), llm
 
 
 def cfg(thread, user="u1"):
@@ -347,3 +349,121 @@ def test_heldout_memory_agents_forget_exactly_in_every_thread(agent, kind, tmp_p
     for where, blob in b.held().items():
         assert b"P4471902" not in blob, f"the secret is left in the {where}"
     assert receipt.exactness == "checked" and receipt.transitions == receipt["T"] - receipt["checkpoint"]
+
+
+# --- forgotten stays forgotten: a backup taken before a forget, restored -----------------------------
+
+def _pg_dump(pg, db) -> bytes:
+    import subprocess
+
+    return subprocess.run([str(pg.bin / "pg_dump"), "-h", pg.socket, "-U", "postgres", db], check=True,
+                          capture_output=True, timeout=120).stdout
+
+
+def _pg_restore(pg, sql: bytes) -> str:
+    import subprocess
+
+    db = pg.createdb()
+    subprocess.run([str(pg.bin / "psql"), "-q", "-v", "ON_ERROR_STOP=1", "-h", pg.socket, "-U", "postgres", "-d", db],
+                   input=sql, check=True, capture_output=True, timeout=120)
+    return db
+
+
+def _reopen(kind, tmp_path, pg, db=None):
+    """The graph opened again on what the backing holds now (a new process would do this)."""
+    b = Backing.__new__(Backing)
+    b.kind, b.pg = kind, pg
+    b.cp_path, b.st_path = tmp_path / "a-cp.sqlite", tmp_path / "a-store.sqlite"
+    if kind == "sqlite":
+        from langgraph.checkpoint.sqlite import SqliteSaver
+        from langgraph.store.sqlite import SqliteStore
+
+        b.saver = SqliteSaver(sqlite3.connect(str(b.cp_path), check_same_thread=False))
+        b.store = SqliteStore(sqlite3.connect(str(b.st_path), check_same_thread=False, isolation_level=None))
+    else:
+        import psycopg
+        from langgraph.checkpoint.postgres import PostgresSaver
+        from langgraph.store.postgres import PostgresStore
+        from psycopg.rows import dict_row
+
+        b.db = db
+        b.conn = psycopg.connect(pg.url(db), autocommit=True, prepare_threshold=0, row_factory=dict_row)
+        b.store_conn = psycopg.connect(pg.url(db), autocommit=True, prepare_threshold=0, row_factory=dict_row)
+        b.saver, b.store = PostgresSaver(b.conn), PostgresStore(b.store_conn)
+    return b
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
+def test_a_restored_backup_is_refused_until_the_forget_is_reapplied(kind, tmp_path, request):
+    import copy
+    import shutil
+
+    pg = request.getfixturevalue("postgres") if kind == "postgres" else None
+    record = tmp_path / "elsewhere" / "forgets.jsonl"
+    b = Backing(kind, tmp_path, pg)
+    llm = L.UnseeChatModel.from_model("tiny-llama")
+    graph, _ = memory_graph(b.saver, b.store, llm)
+    L.forgettable(graph, record=record)
+    run(graph, True)
+    if kind == "memory":  # the backup
+        saved = copy.deepcopy((b.saver.storage, b.saver.writes, b.saver.blobs, b.store._data, graph.store.journal._events))
+    elif kind == "sqlite":  # a file copy, its WAL with it
+        for p in (b.cp_path, b.st_path):
+            for f in (p, p.with_name(p.name + "-wal")):
+                if f.exists():
+                    shutil.copy(f, tmp_path / (f.name + ".bak"))
+    else:
+        dump = _pg_dump(pg, b.db)
+    L.forget(graph, "t1", [SID])
+    assert [r["kind"] for r in L.record.ForgetRecord(record).records()] == ["forget", "forget"]  # t1, and t2 it replayed
+    if kind == "memory":  # the backup restored
+        (b.saver.storage, b.saver.writes, b.saver.blobs, b.store._data, graph.store.journal._events) = saved
+    else:
+        if kind == "sqlite":
+            b.saver.conn.close()
+            b.store.conn.close()
+            for p in (b.cp_path, b.st_path):
+                for f in (p, p.with_name(p.name + "-wal"), p.with_name(p.name + "-shm")):
+                    f.unlink(missing_ok=True)
+                    if (tmp_path / (f.name + ".bak")).exists():
+                        shutil.copy(tmp_path / (f.name + ".bak"), f)
+            b = _reopen(kind, tmp_path, pg)
+        else:
+            b = _reopen(kind, tmp_path, pg, _pg_restore(pg, dump))
+        graph, _ = memory_graph(b.saver, b.store, llm)
+        L.forgettable(graph, record=record)
+    assert any(b"P4471902" in blob for blob in b.held().values())
+    for use in (lambda: graph.invoke(say("hello again"), cfg("t1")), lambda: graph.invoke(say("hi"), cfg("t2")),
+                lambda: L.forget(graph, "t1", ["t1.1"])):
+        with pytest.raises(UnseeError, match=r"taken before that forget was restored.*reapply\(graph\)"):
+            use()
+    assert L.check_record(graph)["restored"] == ["t1", "t2"]
+    receipts = L.reapply(graph)
+    assert [r.thread_id for r in receipts] == ["t1"]
+    assert L.check_record(graph) == {"threads": 3, "restored": [], "store": "ok", "records": 4}
+    twin, tb = twin_of(kind, tmp_path, pg, llm)
+    for t in ("t1", "t2", "t3"):
+        assert L.compare_threads(graph, t, twin, t) == [], t
+    assert items(b.store) == items(tb.store)
+    for where, blob in b.held().items():
+        assert b"P4471902" not in blob, f"the secret is left in the {where}"
+    graph.invoke(say("hello again"), cfg("t1"))  # usable again
+
+
+def test_a_store_restored_alone_is_refused_and_an_altered_record_does_not_check(tmp_path):
+    import copy
+
+    record = tmp_path / "forgets.jsonl"
+    b = Backing("memory", tmp_path)
+    graph, _ = memory_graph(b.saver, b.store)
+    L.forgettable(graph, record=record)
+    run(graph, True)
+    saved = copy.deepcopy((b.store._data, graph.store.journal._events))
+    L.forget(graph, "t1", [SID])
+    b.store._data, graph.store.journal._events = saved  # only the store's backup restored
+    with pytest.raises(UnseeError, match="store's journal is not what forget #"):
+        L.forget(graph, "t2", ["t2.1"])
+    lines = record.read_text().splitlines()
+    record.write_text("\n".join([lines[0].replace('"forget"', '"reapply"')] + lines[1:]) + "\n")
+    with pytest.raises(UnseeError, match="does not check at line 1"):
+        L.check_record(graph)

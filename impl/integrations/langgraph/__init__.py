@@ -20,8 +20,10 @@ thread equals a fresh one id for id (`compare_threads` says what differs).
 Modules: `chat` (the chat models), `tools` (marking, the world ledger), `savers` (one adapter
 per checkpointer: the ledger's table, erasure), `history` (a thread's turns: inputs, resumes,
 edits), `inputs` (a turn's parts, `source_value`), `forgettable` (what a graph must be), `forget`
-(Algorithm 1 on a thread, through `unsee.model`'s plan), `compare` (what differs between two
-threads), `kit` (the conformance kit's runtime over a graph, and the example graphs).
+(Algorithm 1 on a thread, through `unsee.model`'s plan), `shared` and `across` (a Store shared by
+threads: journaled, and forgotten across them), `record` (the forget record outside the database:
+tombstones, `check_record`, `reapply`), `compare` (what differs between two threads), `kit` (the
+conformance kit's runtime over a graph, and the example graphs).
 """
 
 try:
@@ -39,6 +41,7 @@ from unsee.impl.integrations.langgraph.forget import (
     ThreadReceipt, aforget, asources, forget, sources, thread_graph, thread_log,
 )
 from unsee.impl.integrations.langgraph.forgettable import forgettable
+from unsee.impl.integrations.langgraph.record import check as check_record, reapply
 from unsee.impl.integrations.langgraph.inputs import message_id, source_value
 from unsee.impl.integrations.langgraph.history import erase_branches, lineage, turns
 from unsee.impl.integrations.langgraph.kit import (
@@ -49,7 +52,8 @@ from unsee.impl.integrations.langgraph.tools import MarkedTool, World, consequen
 
 __all__ = [
     "DeclaredDeterministic", "GraphRuntime", "KVContext", "MarkedTool", "ThreadReceipt", "UnseeChatModel", "World",
-    "acompare_threads", "adapter", "aforget", "asources", "compare_threads", "consequential", "deterministic",
+    "acompare_threads", "adapter", "aforget", "asources", "check_record", "compare_threads", "consequential",
+    "deterministic",
     "erase_branches", "forget", "forgettable", "langgraph_tiny_llama", "lineage", "message_id", "react_agent",
     "read_only", "same_thread", "source_message", "source_value", "sources", "summarizing_agent", "thread_graph", "thread_log",
     "turns",

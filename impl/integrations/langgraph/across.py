@@ -20,6 +20,7 @@ from unsee.impl.integrations.langgraph.forget import (
     NOTHING, STOP_NONE, STOP_OTHER, ThreadReceipt, _asked, _head, _prepare, _replay_failed, derives_ids,
 )
 from unsee.impl.integrations.langgraph.history import all_checkpoints, kept_with_subgraphs, lineage
+from unsee.impl.integrations.langgraph.record import REAPPLYING, check_store, check_thread, journal_digest, pairs, remember
 from unsee.impl.integrations.langgraph.shared import REPLAYING, canonical_value, op_of, recorded, spans_of, stamp
 from unsee.impl.integrations.langgraph.tools import CONSEQUENTIAL, REPLAY, marked_tools
 from unsee.model.errors import UnseeError
@@ -233,6 +234,10 @@ def forget_across(graph, ad, thread_id, sources, method, checkpoint, erase, reda
         events = store.journal.events()
         sp = spans_of(events)
         threads = sorted({s.thread for s in sp.spans if s.thread is not None} | {thread_id})
+        if not REAPPLYING.get():  # a restored backup of the checkpointer or the store: reapply first
+            check_store(graph)
+            for u in threads:
+                check_thread(graph, u)
         hist = _history(graph, ad, threads)
         for u in threads:
             n = len(_prepare_turns(u, hist[u]))
@@ -293,7 +298,7 @@ def forget_across(graph, ad, thread_id, sources, method, checkpoint, erase, reda
             line = lineage(ad.saver, u)
             keep = kept_with_subgraphs(all_checkpoints(ad.saver, u), line)
             erased = ad.erase(u, keep) if erase else NOTHING
-            receipts[u] = (j, line, erased, comp, dedup, redacted)
+            receipts[u] = (j, line, erased, comp, dedup, redacted, pairs(hist[u][0]), pairs(all_checkpoints(ad.saver, u)))
         index_of = {id(sp.spans[i]): i for i in tail}
         new_events = []
         for s in out.spans:
@@ -307,10 +312,13 @@ def forget_across(graph, ad, thread_id, sources, method, checkpoint, erase, reda
         kept_after = _store_items(store, [sp.events[i] for i in tail] + [rt.captured[k] for k in rt.captured])
         if erase:
             store.journal.vacuum()
+        journal = journal_digest(store.journal.events())
+        for u, r in receipts.items():  # one record per thread the forget erased checkpoints of
+            remember(graph, u, sources if u == thread_id else [], method, r[6], r[7], journal)
     seconds = time.perf_counter() - t0
     others = tuple(j.receipt(line, er, comp, dedup, red, seconds, ad.kind)
-                   for u, (j, line, er, comp, dedup, red) in receipts.items() if u != thread_id)
-    j, line, er, comp, dedup, red = receipts[thread_id]
+                   for u, (j, line, er, comp, dedup, red, *_) in receipts.items() if u != thread_id)
+    j, line, er, comp, dedup, red, *_ = receipts[thread_id]
     mine = j.receipt(line, er, comp, dedup, red, seconds, ad.kind)
     summary = _items(kept_before, kept_after) | {"spans": len(tail), "spans_kept": out.kept,
                                                   "threads": sorted(rt.jobs), "store": store.kind}

@@ -48,6 +48,7 @@ from unsee.impl.integrations.langgraph.history import (
 from unsee.impl.integrations.langgraph.inputs import (
     ThreadInputs, input_of, messages_in, messages_of, part_text, read_inputs, tag_of, value_tag,
 )
+from unsee.impl.integrations.langgraph.record import REAPPLYING, acheck_thread, check_thread, pairs, remember
 from unsee.impl.integrations.langgraph.savers import Row
 from unsee.impl.integrations.langgraph.tools import REPLAY, Replay, resolve
 from unsee.model.errors import UnknownSource, UnseeError
@@ -426,6 +427,8 @@ def forget(graph, thread_id: str, sources: Sequence[str], method: str = "B7", ch
         raise UnseeError(f"the graph's checkpointer is an {type(ad.saver).__name__}, whose I/O is async: forget "
                          "with `await aforget(graph, thread_id, sources)`")
     ad.check()
+    if not REAPPLYING.get():
+        check_thread(graph, thread_id)  # a restored backup: reapply first
     tuples = all_checkpoints(ad.saver, thread_id)
     pending = graph.get_state({"configurable": {"thread_id": thread_id}}).next if tuples else ()
     job = _prepare(thread_id, sources, method, checkpoint, tuples, pending, ad.rows(thread_id))
@@ -453,6 +456,7 @@ def forget(graph, thread_id: str, sources: Sequence[str], method: str = "B7", ch
     line = lineage(ad.saver, thread_id)
     keep = kept_with_subgraphs(all_checkpoints(ad.saver, thread_id), line)
     erased = ad.erase(thread_id, keep) if erase else NOTHING
+    remember(graph, thread_id, sources, method, pairs(tuples), pairs(all_checkpoints(ad.saver, thread_id)))
     return job.receipt(line, erased, comp, dedup, redacted, time.perf_counter() - t0, ad.kind)
 
 
@@ -471,6 +475,8 @@ async def aforget(graph, thread_id: str, sources: Sequence[str], method: str = "
         raise UnseeError(f"the graph's checkpointer is a {type(ad.saver).__name__}, which has no async interface: "
                          "forget with forget(graph, thread_id, sources)")
     await ad.acheck()
+    if not REAPPLYING.get():
+        await acheck_thread(graph, thread_id)
     tuples = await aall_checkpoints(ad.saver, thread_id)
     pending = (await graph.aget_state({"configurable": {"thread_id": thread_id}})).next if tuples else ()
     job = _prepare(thread_id, sources, method, checkpoint, tuples, pending, await ad.arows(thread_id))
@@ -498,4 +504,5 @@ async def aforget(graph, thread_id: str, sources: Sequence[str], method: str = "
     line = await alineage(ad.saver, thread_id)
     keep = kept_with_subgraphs(await aall_checkpoints(ad.saver, thread_id), line)
     erased = await ad.aerase(thread_id, keep) if erase else NOTHING
+    remember(graph, thread_id, sources, method, pairs(tuples), pairs(await aall_checkpoints(ad.saver, thread_id)))
     return job.receipt(line, erased, comp, dedup, redacted, time.perf_counter() - t0, ad.kind)

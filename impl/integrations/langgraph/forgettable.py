@@ -14,12 +14,13 @@ from __future__ import annotations
 from unsee.impl.integrations.langgraph.checkpointers import adapter
 from unsee.impl.integrations.langgraph.history import UPDATE
 from unsee.impl.integrations.langgraph.inputs import keep_tags, provenance_ids
+from unsee.impl.integrations.langgraph.record import ForgetRecord, guard
 from unsee.impl.integrations.langgraph.shared import _Recorded, record_spans, store_kind
 from unsee.impl.integrations.langgraph.tools import marked_tools
 from unsee.model.errors import UnseeError
 
 
-def forgettable(graph):
+def forgettable(graph, record=None, key: bytes | None = None):
     """Make a compiled graph's threads carry ids a forget can reproduce, and check now what a
     forget would check later: its checkpointer (`savers`) and its tools (each marked).
 
@@ -27,7 +28,11 @@ def forgettable(graph):
     message that arrives without an id one derived from its place (`message_id`) instead of a
     random one, and the checkpointer keeps the tags of `source_value`s (`SourcedSerde`); the graph
     is changed in place and returned. Call it once, before the first invocation: a thread's earlier
-    messages keep the ids they were given."""
+    messages keep the ids they were given.
+
+    `record`: a path (on other storage than the checkpointer's database) where every forget is
+    recorded with the tombstones of what it erased (`record`, chained under `key` if given): a
+    thread a restored backup brings back is then refused until `reapply(graph)`."""
     from langgraph.channels.binop import BinaryOperatorAggregate
     from langgraph.graph.message import add_messages
 
@@ -35,6 +40,9 @@ def forgettable(graph):
     keep_tags(graph.checkpointer)
     record_edits(graph)
     record_spans(graph)  # a store: journaled, each invocation a span (`shared`)
+    if record is not None:
+        graph.unsee_record = ForgetRecord(record, key)
+        guard(graph)
     n = 0
     for ch in graph.channels.values():
         if isinstance(ch, BinaryOperatorAggregate) and (ch.operator is add_messages or
