@@ -339,7 +339,7 @@ class ForkAtTau(R.GraphRuntime):
 
         import importlib
 
-        F = importlib.import_module("unsee.impl.integrations.langgraph.forget")
+        F = importlib.import_module("unsee.impl.integrations.langgraph.job")
 
         real = F.plan_forget
 

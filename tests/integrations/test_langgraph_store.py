@@ -20,7 +20,7 @@ from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 
 from unsee.impl.integrations import langgraph as L
-from unsee.impl.integrations.langgraph import record as _record  # noqa: F401 (L.record)
+from unsee.impl.integrations.langgraph.record import ForgetRecord
 from unsee.impl.integrations.langgraph.shared import RecordedStore, spans_of
 from unsee.model.errors import UnseeError
 
@@ -415,7 +415,7 @@ def test_a_restored_backup_is_refused_until_the_forget_is_reapplied(kind, tmp_pa
     else:
         dump = _pg_dump(pg, b.db)
     L.forget(graph, "t1", [SID])
-    assert [r["kind"] for r in L.record.ForgetRecord(record).records()] == ["forget", "forget"]  # t1, and t2 it replayed
+    assert [r["kind"] for r in ForgetRecord(record).records()] == ["forget", "forget"]  # t1, and t2 it replayed
     if kind == "memory":  # the backup restored
         (b.saver.storage, b.saver.writes, b.saver.blobs, b.store._data, graph.store.journal._events) = saved
     else:

@@ -38,10 +38,11 @@ from unsee.impl.integrations.langgraph.chat import KVContext, UnseeChatModel, so
 from unsee.impl.integrations.langgraph.declared import DeclaredDeterministic, deterministic
 from unsee.impl.integrations.langgraph.compare import acompare_threads, compare_threads
 from unsee.impl.integrations.langgraph.forget import (
-    ThreadReceipt, aforget, asources, forget, sources, thread_graph, thread_log,
+    aforget, asources, forget, reapply, sources, thread_graph, thread_log,
 )
+from unsee.impl.integrations.langgraph.job import ThreadReceipt
 from unsee.impl.integrations.langgraph.forgettable import forgettable
-from unsee.impl.integrations.langgraph.record import check as check_record, reapply
+from unsee.impl.integrations.langgraph.record import check as check_record
 from unsee.impl.integrations.langgraph.inputs import message_id, source_value
 from unsee.impl.integrations.langgraph.history import erase_branches, lineage, turns
 from unsee.impl.integrations.langgraph.kit import (
@@ -53,8 +54,7 @@ from unsee.impl.integrations.langgraph.tools import MarkedTool, World, consequen
 __all__ = [
     "DeclaredDeterministic", "GraphRuntime", "KVContext", "MarkedTool", "ThreadReceipt", "UnseeChatModel", "World",
     "acompare_threads", "adapter", "aforget", "asources", "check_record", "compare_threads", "consequential",
-    "deterministic",
-    "erase_branches", "forget", "forgettable", "langgraph_tiny_llama", "lineage", "message_id", "react_agent",
-    "read_only", "same_thread", "source_message", "source_value", "sources", "summarizing_agent", "thread_graph", "thread_log",
-    "turns",
+    "deterministic", "erase_branches", "forget", "forgettable", "langgraph_tiny_llama", "lineage", "message_id",
+    "react_agent", "read_only", "reapply", "same_thread", "source_message", "source_value", "sources",
+    "summarizing_agent", "thread_graph", "thread_log", "turns",
 ]

@@ -2,7 +2,7 @@
 
 `forget_across` is `forget` where the graph's threads share a `RecordedStore` (`shared`). Before
 anything is written it reads the journal as spans, reads and checks the history of every thread
-that has one (any of them may have to be replayed), plans the target thread (`_Job`, as a
+that has one (any of them may have to be replayed), plans the target thread (`job.prepare_job`, as a
 one-thread forget does) and refuses what it cannot replay: turns of two threads that ran at the
 same time, an item written with a ttl, a consequential tool that used the store (a replay never
 runs its body), a store written outside the graph since the journal last saw it. Then it restores
@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import time
 
-from unsee.impl.integrations.langgraph.forget import (
-    NOTHING, STOP_NONE, STOP_OTHER, ThreadReceipt, _asked, _head, _prepare, _replay_failed, derives_ids,
+from unsee.impl.integrations.langgraph.forgettable import derives_ids
+from unsee.impl.integrations.langgraph.job import (
+    NOTHING, STOP_NONE, STOP_OTHER, asked_at, head_config, prepare_job, replay_failed,
 )
 from unsee.impl.integrations.langgraph.history import all_checkpoints, kept_with_subgraphs, lineage
 from unsee.impl.integrations.langgraph.record import REAPPLYING, check_store, check_thread, journal_digest, pairs, remember
@@ -98,7 +99,7 @@ class _Runtime:
     def start(self, thread, turn, op) -> None:
         tuples, pending, rows = self.hist[thread]
         src = RESET if self.method == "B5" else _read_source(turn)
-        job = _prepare(thread, [src], self.method, None, tuples, pending, rows,
+        job = prepare_job(thread, [src], self.method, None, tuples, pending, rows,
                        reads={turn: (Part(src, str(op.value if op is not None else "")),)})
         if job.plan.boundary != turn - 1:
             raise UnseeError(f"thread {thread!r} read at turn {turn} what the forget changed, but its last checkpoint "
@@ -122,7 +123,7 @@ class _Runtime:
         if job.replay.turn != turn:
             raise UnseeError(f"thread {thread!r}: the store's journal and the thread's checkpoints disagree on turn "
                              f"{turn} (the replay is at turn {job.replay.turn})")
-        if asked is not None and (now := _asked(self.graph.get_state(_head(thread)))) != asked:
+        if asked is not None and (now := asked_at(self.graph.get_state(head_config(thread)))) != asked:
             job.stop(turn, STOP_OTHER if now else STOP_NONE, now)
             return None
         capture: list = []
@@ -133,7 +134,7 @@ class _Runtime:
             else:
                 self.graph.invoke(act[1], cfg, **self.extra)
         except Exception as e:
-            raise _replay_failed(e, turn) from e
+            raise replay_failed(e, turn) from e
         finally:
             REPLAYING.reset(tok)
             REPLAY.reset(token)
@@ -163,7 +164,7 @@ def _history(graph, ad, threads) -> dict:
     out = {}
     for u in threads:
         tuples = all_checkpoints(ad.saver, u)
-        pending = graph.get_state(_head(u)).next if tuples else ()
+        pending = graph.get_state(head_config(u)).next if tuples else ()
         out[u] = (tuples, pending, ad.rows(u))
     return out
 
@@ -245,7 +246,7 @@ def forget_across(graph, ad, thread_id, sources, method, checkpoint, erase, reda
                 raise UnseeError(f"thread {u!r} has {n} turns in its checkpoints but {sp.turns.get(u, 0)} invocations in "
                                  "the store's journal: it ran before the graph was made forgettable, or through a graph "
                                  "not made forgettable; a forget cannot place its turns among the other threads'")
-        job = _prepare(thread_id, sources, method, checkpoint, *hist[thread_id])
+        job = prepare_job(thread_id, sources, method, checkpoint, *hist[thread_id])
         c = job.plan.boundary
         first = next((i for i, s in enumerate(sp.spans) if s.thread == thread_id and s.turn == c + 1), None)
         if method == "B5":

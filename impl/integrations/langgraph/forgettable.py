@@ -15,7 +15,7 @@ from unsee.impl.integrations.langgraph.checkpointers import adapter
 from unsee.impl.integrations.langgraph.history import UPDATE
 from unsee.impl.integrations.langgraph.inputs import keep_tags, provenance_ids
 from unsee.impl.integrations.langgraph.record import ForgetRecord, guard
-from unsee.impl.integrations.langgraph.shared import _Recorded, record_spans, store_kind
+from unsee.impl.integrations.langgraph.shared import is_recorded, record_spans, store_kind
 from unsee.impl.integrations.langgraph.tools import marked_tools
 from unsee.model.errors import UnseeError
 
@@ -83,7 +83,7 @@ def graph_adapter(graph):
     """The graph's checkpointer's adapter, once the graph's shape is one a forget can replay."""
     ad = adapter(getattr(graph, "checkpointer", None))
     marked_tools(graph)
-    if getattr(graph, "store", None) is not None and not isinstance(graph.store, _Recorded):
+    if getattr(graph, "store", None) is not None and not is_recorded(graph.store):
         store_kind(graph.store)  # one whose storage a forget knows, without a ttl
 
     stops = list(getattr(graph, "interrupt_before_nodes", None) or ()) + list(

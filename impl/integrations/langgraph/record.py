@@ -198,32 +198,6 @@ def check(graph) -> dict:
     return {"threads": len(threads), "restored": restored, "store": store, "records": len(rec.records())}
 
 
-def reapply(graph) -> list:
-    """Forget again, in the order they were recorded, every recorded forget whose sources a thread
-    holds again (a restored backup); append a "reapply" record for each. Returns their receipts."""
-    from unsee.impl.integrations.langgraph.forget import forget, sources
-
-    rec = record_of(graph)
-    if rec is None:
-        raise UnseeError("the graph keeps no forget record: make it forgettable(graph, record=PATH)")
-    out = []
-    token = REAPPLYING.set(True)
-    try:
-        for r in rec.records():
-            held = {s["source"] for s in sources(graph, r["thread"])}
-            again = [s for s in r["sources"] if s in held]
-            if again:
-                out.append(forget(graph, r["thread"], again, method=r["method"]))
-    finally:
-        REAPPLYING.reset(token)
-    left = check(graph)
-    if left["restored"] or left["store"] != "ok":
-        raise UnseeError(f"after reapply, threads {left['restored']} still hold erased checkpoints ({left['store']}): "
-                         "the backup holds turns the record does not say how to forget")
-    return out
-
-
-
 def remember(graph, thread_id, sources, method, before, after, journal=None) -> None:
     """Append the record of a forget that erased `before` − `after` ((namespace, checkpoint id) pairs)."""
     rec = record_of(graph)
