@@ -289,21 +289,24 @@ def test_turns_of_two_threads_that_ran_at_the_same_time_are_refused(tmp_path):
 
 # --- concurrency: a forget while another thread writes ---------------------------------------------
 
-def test_a_forget_while_another_thread_writes_loses_no_write(tmp_path):
-    b = Backing("memory", tmp_path)
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_forget_while_another_thread_writes_loses_no_write(kind, tmp_path):
+    b = Backing(kind, tmp_path)
     graph, llm = memory_graph(b.saver, b.store)
     run(graph, True)
-    n, errors = 6, []
+    n, errors, first = 6, [], threading.Event()
 
     def writer():
         try:
             for k in range(n):
                 graph.invoke(say(f"remember: fact {k}"), cfg("t9", "u9"))
+                first.set()  # the forget starts now: the writer's next turns meet it at the gate
         except Exception as e:  # pragma: no cover - reported below
             errors.append(e)
 
     w = threading.Thread(target=writer)
     w.start()
+    assert first.wait(30)
     receipt = L.forget(graph, "t1", [SID])
     w.join()
     assert not errors
@@ -313,7 +316,7 @@ def test_a_forget_while_another_thread_writes_loses_no_write(tmp_path):
     sp = spans_of(graph.store.journal.events())
     assert sp.turns["t9"] == n
     assert receipt.store["threads"] == ["t1", "t2"]
-    assert b"P4471902" not in b.held()["memory"]
+    assert not any(b"P4471902" in blob for blob in b.held().values())
 
 
 # --- held-out memory agents (written from LangGraph's docs by someone who had not read this code) ---
@@ -467,3 +470,91 @@ def test_a_store_restored_alone_is_refused_and_an_altered_record_does_not_check(
     record.write_text("\n".join([lines[0].replace('"forget"', '"reapply"')] + lines[1:]) + "\n")
     with pytest.raises(UnseeError, match="does not check at line 1"):
         L.check_record(graph)
+
+
+# --- a store with a vector index: the target's vectors go too --------------------------------------
+
+def _embed(texts: list[str]) -> list[list[float]]:
+    """A deterministic embedding: eight numbers from each text's digest."""
+    import hashlib
+
+    return [[b / 255 for b in hashlib.sha256(t.encode()).digest()[:8]] for t in texts]
+
+
+# (SqliteStore's index needs sqlite-vec loaded as an extension, which this machine's Python sqlite3 cannot
+# load; Postgres' needs pgvector on the server: the same code path, the index rows written by LangGraph)
+@pytest.mark.parametrize("kind", ["memory"])
+def test_a_store_with_a_vector_index_loses_the_targets_vectors(kind, tmp_path):
+    import struct
+
+    index = {"dims": 8, "embed": _embed, "fields": ["data"]}
+
+    def open_(name):
+        if kind == "memory":
+            return InMemorySaver(), InMemoryStore(index=index)
+        from langgraph.checkpoint.sqlite import SqliteSaver
+        from langgraph.store.sqlite import SqliteStore
+
+        store = SqliteStore(sqlite3.connect(str(tmp_path / f"{name}-store.sqlite"), check_same_thread=False,
+                                            isolation_level=None), index=index)
+        store.setup()
+        return SqliteSaver(sqlite3.connect(str(tmp_path / f"{name}-cp.sqlite"), check_same_thread=False)), store
+
+    saver, store = open_("a")
+    graph, llm = memory_graph(saver, store)
+    run(graph, True)
+    vector = _embed([SECRET])[0]
+    packed = struct.pack("8f", *vector)
+
+    def vectors(st):
+        if kind == "memory":
+            return [v for ns in st._vectors.values() for fields in ns.values() for v in fields.values()]
+        with st.lock:
+            return [struct.unpack("8f", r[0]) for r in st.conn.execute("SELECT embedding FROM store_vectors")]
+
+    def close(v):
+        return all(abs(a - b) < 1e-6 for a, b in zip(v, vector))
+
+    assert any(close(v) for v in vectors(store))
+    L.forget(graph, "t1", [SID])
+    assert not any(close(v) for v in vectors(store)), "the secret's vector is left in the index"
+    if kind == "sqlite":
+        assert packed not in file_bytes(tmp_path / "a-store.sqlite")
+    tsaver, tstore = open_("twin")
+    twin, _ = memory_graph(tsaver, tstore, llm)
+    run(twin, False)
+    for t in ("t1", "t2", "t3"):
+        assert L.compare_threads(graph, t, twin, t) == [], t
+    assert items(store) == items(tstore)
+    assert sorted(map(tuple, vectors(store))) == sorted(map(tuple, vectors(tstore)))
+
+
+def test_a_forget_refuses_when_a_running_turn_does_not_end_in_its_wait(tmp_path):
+    b = Backing("memory", tmp_path)
+    graph, llm = memory_graph(b.saver, b.store)
+    run(graph, True)
+    go, started = threading.Event(), threading.Event()
+    inner = graph.store.inner
+
+    class Slow:  # the store a slow turn blocks in, after it began
+        def __getattr__(self, name):
+            return getattr(inner, name)
+
+        def batch(self, ops):
+            started.set()
+            go.wait(10)
+            return inner.batch(ops)
+
+    graph.store.inner = Slow()
+    w = threading.Thread(target=lambda: graph.invoke(say("remember: slow"), cfg("t9", "u9")))
+    w.start()
+    assert started.wait(10)
+    before = snapshot(b)
+    with pytest.raises(UnseeError, match="still running after 0.2 s"):
+        L.forget(graph, "t1", [SID], wait=0.2)
+    assert snapshot(b) == before
+    graph.store.inner = inner
+    go.set()
+    w.join()
+    L.forget(graph, "t1", [SID])
+    assert [it.value["data"] for it in b.store.search(("memories", "u9"))] == ["remember: slow"]
