@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import pytest
 
+from unsee.specs.cache import cache_root
 from unsee.specs.harness import verify
-from unsee.specs.plugin import COVERAGE_KEY, factory_for
+from unsee.specs.plugin import COVERAGE_KEY, factory_for, run_settings
+from unsee.specs.replay import command, write_failure
 
 
 @pytest.fixture(scope="session")
@@ -22,15 +24,20 @@ def runtime_spec(request) -> str:
 
 def test_every_statement_holds_on_random_sessions(request, runtime_spec):
     opt = request.config.getoption
-    doc = verify(factory_for(runtime_spec), examples=opt("--unsee-max-examples"), seed=opt("--unsee-seed"),
-                 max_steps=opt("--unsee-max-steps"), shrink_seconds=opt("--unsee-shrink-seconds"))
+    run = run_settings(opt)
+    doc = verify(factory_for(runtime_spec), examples=run["examples"], seed=run["seed"], max_steps=run["max_steps"],
+                 shrink_seconds=run["shrink_seconds"], database=run["database"])
+    doc["profile"] = opt("--unsee-profile") or "default"
     setattr(request.config, COVERAGE_KEY, doc)
     if doc["failures"]:
+        where = opt("--unsee-failures") or cache_root() / "kit" / "failures"
         reports = []
         for k, f in enumerate(doc["failures"], 1):
             trace = "\n    ".join(f["trace"])
+            path = write_failure(f, runtime_spec, where)
             reports.append(f"failure {k} of {len(doc['failures'])}: {f['message']}\nshrunk trace ({f['length']} steps), "
-                           f"runnable with `factory` your runtime's factory:\n    {trace}")
+                           f"runnable with `factory` your runtime's factory:\n    {trace}\n"
+                           f"the session is in {path}; replay it alone with:\n    {command(path, runtime_spec)}")
         pytest.fail("\n\n".join(reports), pytrace=False)
     assert doc["forgets"] > 0, "no forget was exercised"
     assert doc["exact"] == doc["optimal_invocations"] == doc["forgets"]

@@ -6,6 +6,7 @@ Used by `unsee verify` and by the test suite. A runtime is built per example by 
 
 from __future__ import annotations
 
+import re
 import time
 from contextlib import contextmanager
 from collections import Counter
@@ -14,18 +15,22 @@ from typing import Callable
 
 from hypothesis import HealthCheck, Phase, event, given, reporting, settings
 from hypothesis import seed as hyp_seed
+from hypothesis.database import DirectoryBasedExampleDatabase
 
 from unsee.specs import erasure as E
 from unsee.specs import oracle
 from unsee.specs import persistence as P
 from unsee.specs import statements as S
 from unsee.specs.protocol import call, checked
-from unsee.specs.strategies import TARGETS, configs, observation_code, programs
+from unsee.specs.strategies import (
+    TARGETS, configs, directed_programs, observation_code, placement_name, placements, program_json, programs,
+)
 
 
 @dataclass
 class Tally:
     examples: int = 0
+    directed: int = 0  # of which the directed programs (`strategies.directed_programs`)
     forgets: int = 0
     exact: int = 0
     optimal_invocations: int = 0
@@ -227,7 +232,7 @@ def forget_live(rt, factory, log, chosen, tally: Tally, method: str = "B7", chec
     whose forgotten parts are `forgotten` and sources `history`) against the same twin through
     everything the protocol exposes. Returns the new log (the oracle's o^{-z}) and forgotten parts."""
     check_log(rt, log, f"before the forget at {where}")
-    note_placement(log, chosen, list(history), policy, tally)
+    note_placement(log, chosen, list(history), policy, tally, method, checkpoint)
     ob = check_forget(factory, tuple(log), chosen, tally, method, checkpoint, policy)
     forgotten = tuple(dict.fromkeys(tuple(forgotten) + S.forgotten_parts(log, chosen)))
     live = S.Observed(tuple(log), tuple(chosen), ob.tau, twin=ob.twin, twin_invocations=ob.twin_invocations,
@@ -288,16 +293,43 @@ PERSISTENCE_TARGETS = ("forgotten bytes persisted before the forget",
                        "hidden part of the target in the prefix kept by the splice")
 
 
+# every combination of where the statements' rules fall (strategies.placements), reached by
+# construction: `verify` runs one directed program per combination before the random ones
+PLACEMENT_TARGETS = tuple(placement_name(*p) for p in placements())
+
+
 def targets_for(tally: Tally) -> tuple[str, ...]:
     """The coverage targets that apply to the runtime a run drove."""
-    return (TARGETS_COVERED + (SIDE_EFFECT_TARGETS if tally.fires else ())
+    return (TARGETS_COVERED + PLACEMENT_TARGETS + (SIDE_EFFECT_TARGETS if tally.fires else ())
             + (PERSISTENCE_TARGETS if tally.persists else ()))
 
 
-def note_placement(log, chosen, history, policy, tally: Tally) -> None:
+def placement_of(log, chosen, policy, method: str, checkpoint) -> str | None:
+    """The combination of placements (`strategies.placements`) a forget of `chosen` lands on."""
+    tau, T = oracle.first_entry(log, chosen), len(log)
+    if method == "B5":
+        splice = "reset (B5)"
+    elif checkpoint is not None:
+        splice = "c* forced coarser" if checkpoint < tau - 1 else "c*=tau-1"
+    elif policy is not None and tau - 1 not in oracle.promised_checkpoints(policy, log):
+        splice = "policy lacks tau-1"
+    else:
+        splice = "c*=tau-1"
+    compaction = ("compaction right before tau" if tau >= 2 and log[tau - 2].compact else
+                  "compaction after tau" if any(o.compact for o in log[tau:]) else "no compaction")
+    sends = [t + 1 for t, o in enumerate(log, 1) if o.tool == "send"]  # the transitions calls commit in
+    effect = next((f"call committed at {name}" for at, name in ((tau - 1, "tau-1"), (tau, "tau"), (tau + 1, "tau+1"))
+                   if at in sends and at <= T), "no call")
+    return placement_name(splice, "tau<T" if tau < T else "tau=T", compaction, effect)
+
+
+def note_placement(log, chosen, history, policy, tally: Tally, method: str = "B7", checkpoint=None) -> None:
     """Count the placements of this forget that the coverage targets name (before it runs)."""
     tau = oracle.first_entry(log, chosen)
     z = set(chosen)
+    name = placement_of(log, chosen, policy, method, checkpoint)
+    if name in PLACEMENT_TARGETS:
+        tally.note(name)
     if tau >= 2 and log[tau - 2].compact:
         tally.note("compaction right before tau")
     if policy is not None and tau - 1 not in oracle.promised_checkpoints(policy, log):
@@ -319,8 +351,12 @@ def note_placement(log, chosen, history, policy, tally: Tally) -> None:
 
 def verify(factory_for: Callable[[dict], Callable], examples: int = 100, seed: int = 0,
            max_ops: int = 10, on_example: Callable[[Tally], None] | None = None,
-           engine: str = "reference", max_steps: int = 40, shrink_seconds: float = 20.0) -> dict:
-    """Run `examples` random programs; returns the `unsee verify` JSON document.
+           engine: str = "reference", max_steps: int = 40, shrink_seconds: float = 20.0,
+           directed: bool = True, database: str | None = None) -> dict:
+    """Run one directed program per placement (`strategies.placements`; `directed=False` skips
+    them), then, if none failed, `examples` random programs; returns the `unsee verify` JSON
+    document. A directed failure is reported once per kind (statement and first line). `database`: a
+    folder where Hypothesis keeps the failing examples it found, replayed first by the next run.
 
     Every distinct failure Hypothesis reports comes back with its own runnable trace; shrinking
     stops after `shrink_seconds` (the trace is then shorter than drawn, if not minimal)."""
@@ -328,9 +364,10 @@ def verify(factory_for: Callable[[dict], Callable], examples: int = 100, seed: i
     t0 = time.perf_counter()
 
     @hyp_seed(seed)
-    @settings(max_examples=examples, database=None, deadline=None, derandomize=False,
+    @settings(max_examples=max(examples, 1), deadline=None, derandomize=False,
+              database=None if database is None else DirectoryBasedExampleDatabase(database),
               suppress_health_check=list(HealthCheck),
-              phases=(Phase.explicit, Phase.generate, Phase.shrink))
+              phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink))
     @given(program=programs(max_ops, max(max_steps, max_ops)), cfg=configs)
     def run_one(program, cfg):
         tally.examples += 1
@@ -338,7 +375,7 @@ def verify(factory_for: Callable[[dict], Callable], examples: int = 100, seed: i
         try:
             execute(program, factory_for(cfg), tally, trace, policy=cfg.get("policy"))
         except AssertionError as e:
-            e.unsee_failure = dict(statement=type(e).__name__, message=str(e), config=cfg,
+            e.unsee_failure = dict(statement=type(e).__name__, message=str(e), config=cfg, program=program_json(program),
                                    trace=trace.code(), length=len(trace.lines) - 2)
             raise
         finally:
@@ -347,6 +384,23 @@ def verify(factory_for: Callable[[dict], Callable], examples: int = 100, seed: i
 
     failures = []
     stopped: list[str] = []
+    events, tally.events = tally.events, False  # (outside Hypothesis' test: no events to record)
+    for cfg, program in directed_programs() if directed else ():  # every placement, whatever the seed
+        tally.examples += 1
+        tally.directed += 1
+        trace = Trace(cfg)
+        try:
+            execute(program, factory_for(cfg), tally, trace, policy=cfg.get("policy"))
+        except AssertionError as e:
+            sign = (type(e).__name__, signature(str(e)))
+            if sign not in {f["signature"] for f in failures}:  # one report per kind of failure
+                failures.append(dict(statement=type(e).__name__, message=str(e), config=cfg, trace=trace.code(),
+                                     length=len(trace.lines) - 2, directed=True, program=program_json(program),
+                                     signature=sign))
+        finally:
+            if on_example is not None:
+                on_example(tally)
+    tally.events = events
 
     def reporter(message) -> None:  # Hypothesis' own note on stopping is about its 300 s default
         if str(message).startswith("WARNING: Hypothesis has spent more than"):
@@ -354,9 +408,12 @@ def verify(factory_for: Callable[[dict], Callable], examples: int = 100, seed: i
         else:
             reporting.default(message)
 
+    for f in failures:
+        f.pop("signature")
     with bounded_shrinking(shrink_seconds), reporting.with_reporter(reporter):
         try:
-            run_one()
+            if examples and not failures:  # a directed session failed: its short trace is the report
+                run_one()
         except AssertionError as e:
             failures.append(e.unsee_failure)
         except BaseExceptionGroup as group:  # several distinct failures: each with its own trace
@@ -369,6 +426,7 @@ def verify(factory_for: Callable[[dict], Callable], examples: int = 100, seed: i
     return {
         "engine": engine,
         "examples": tally.examples,
+        "directed": tally.directed,
         "forgets": tally.forgets,
         "exact": tally.exact,
         "optimal_invocations": tally.optimal_invocations,
@@ -383,6 +441,13 @@ def verify(factory_for: Callable[[dict], Callable], examples: int = 100, seed: i
             "never_edited": sorted(f"{t}.{c}" for t, c in tally.schema - set(tally.columns))},
         "seconds": round(time.perf_counter() - t0, 2),
     }
+
+
+def signature(message: str) -> str:
+    """What a failure says, without where (numbers, lists, the call it was at): two directed sessions
+    that fail alike are one report."""
+    head = re.split(r" at | \(", message.split("\n")[0], maxsplit=1)[0]
+    return re.sub(r"\[[^\]]*\]|\d+", "#", head)
 
 
 def leaves(group: BaseExceptionGroup) -> list[BaseException]:

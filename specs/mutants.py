@@ -275,3 +275,26 @@ MUTANTS = (CropAtTau, OneTransitionShort, SourceRedaction, SanitizeWithoutReplay
 PROTOCOL_MUTANTS = (StaleGraphIndex, IgnoresMethod, RecentCheckpointsOnly, WrongLogAfterForgets)
 # mistakes in the receipt, the checkpoint set or the log that leave the state right
 REPORT_MUTANTS = (ReceiptTaintOneHop, CompensationArgsSwapped, CompactionsUncheckpointed, KeepsHiddenParts)
+
+
+class CropsLateAfterACompaction(ReferenceRuntime):
+    """Right only but in one conjunction: where the transition right before τ compacted, the forget
+    is at its own checkpoint and one is kept at τ (so τ < T), it restores R_τ (as `CropAtTau`).
+    Random sessions rarely place all three at once; the kit's directed programs place each."""
+
+    name = "crops-late-after-a-compaction"
+
+    def forget(self, sources, method="B7", checkpoint=None):
+        s = self.session
+        plan = plan_forget(s, list(sources))
+        late = (method == "B7" and checkpoint is None and plan.tau >= 2 and plan.boundary == plan.tau - 1
+                and s.observations[plan.tau - 2].compact and any(c.boundary == plan.tau for c in s.checkpoints))
+        if not late:
+            return super().forget(sources, method, checkpoint)
+        self.session, receipt = crop_at_tau(s, list(sources), self.transition)
+        self.forgot(receipt)
+        return receipt
+
+
+# right in every case but a conjunction of placements (the kit reaches it by construction)
+RARE_MUTANTS = (CropsLateAfterACompaction,)

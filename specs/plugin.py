@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+from types import MappingProxyType
 
 import pytest
 
@@ -30,6 +31,13 @@ def pytest_addoption(parser):
     g.addoption("--unsee-seed", type=int, default=0, help="Hypothesis seed (default 0)")
     g.addoption("--unsee-shrink-seconds", type=float, default=float(os.environ.get("UNSEE_SHRINK_SECONDS", "20")),
                 help="stop shrinking a failure's trace after this long (default 20 s): longer gives shorter traces")
+    g.addoption("--unsee-profile", choices=sorted(PROFILES), default=os.environ.get("UNSEE_PROFILE", "default"),
+                help="ci: every directed placement and 20 random sessions at a fixed seed (a PR's minute or two); "
+                     "nightly: 2000 random sessions at a random seed, the examples found kept for the next run; "
+                     "default: 100 at --unsee-seed")
+    g.addoption("--unsee-failures", default=os.environ.get("UNSEE_FAILURES"),
+                help="folder a failing session is written to, as a file the printed command replays "
+                     "(default: unsee's cache, kit/failures)")
     g.addoption("--unsee-xfails", default=os.environ.get("UNSEE_XFAILS"),
                 help="file of test names (one per line) expected to fail for this runtime")
 
@@ -49,6 +57,30 @@ def pytest_configure(config):
         set_hypothesis_home_dir(kit / "hypothesis")
     if getattr(config.option, "benchmark_storage", None) == "file://./.benchmarks":  # only with pytest-benchmark
         config.option.benchmark_storage = f"file://{kit / 'benchmarks'}"
+
+
+# what each profile sets (None: the option's own value)
+PROFILES = MappingProxyType({
+    "default": MappingProxyType({}),
+    "ci": MappingProxyType({"examples": 20, "seed": 0, "max_steps": 20, "shrink_seconds": 5.0}),
+    "nightly": MappingProxyType({"examples": 2000, "seed": None, "max_steps": 40, "shrink_seconds": 60.0,
+                                 "database": True}),
+})
+
+
+def run_settings(opt) -> dict:
+    """The kit run's settings: the options, overridden by the profile's."""
+    import random
+
+    profile = PROFILES[opt("--unsee-profile") or "default"]
+    out = {"examples": opt("--unsee-max-examples"), "seed": opt("--unsee-seed"), "max_steps": opt("--unsee-max-steps"),
+           "shrink_seconds": opt("--unsee-shrink-seconds"), "database": None}
+    out.update({k: v for k, v in profile.items() if k != "database" and v is not None})
+    if "seed" in profile and profile["seed"] is None:
+        out["seed"] = random.randrange(2**32)
+    if profile.get("database"):
+        out["database"] = str(cache_root() / "kit" / "examples")
+    return out
 
 
 def load_factory(spec: str):
@@ -93,7 +125,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if doc is None:
         return
     cov = ", ".join(f"{k}: {v}" for k, v in doc["coverage"].items())
-    terminalreporter.write_line(f"unsee kit: {doc['examples']} sessions, {doc['forgets']} forgets in "
+    terminalreporter.write_line(f"unsee kit: {doc['examples']} sessions ({doc.get('directed', 0)} directed, "
+                                f"{doc['examples'] - doc.get('directed', 0)} random; profile "
+                                f"{doc.get('profile', 'default')}), {doc['forgets']} forgets in "
                                 f"{doc['seconds']} s; forgets per scenario: {cov}")
     targets = ", ".join(f"{k}: {v['forgets']} ({v['share']:.0%})" for k, v in doc.get("targets", {}).items())
     if targets:

@@ -43,6 +43,7 @@ receipt_taint_one_hop = _mutant(M.ReceiptTaintOneHop)
 compensation_args_swapped = _mutant(M.CompensationArgsSwapped)
 compactions_uncheckpointed = _mutant(M.CompactionsUncheckpointed)
 keeps_hidden_parts = _mutant(M.KeepsHiddenParts)
+crops_late_after_a_compaction = _mutant(M.CropsLateAfterACompaction)  # wrong in one rare conjunction only
 MUTANT_FACTORIES = ("crop_at_tau", "one_transition_short", "source_redaction", "sanitize_without_replay",
                     "span_excision", "reuse_post_tau_cache", "stale_graph_index", "ignores_method",
                     "recent_checkpoints_only", "wrong_log_after_forgets", "receipt_taint_one_hop",

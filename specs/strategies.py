@@ -138,3 +138,120 @@ def format_program(program, config=None) -> list[str]:
         else:
             lines.append(f"forget({arg})")
     return lines
+
+
+# --- placements reached by construction ------------------------------------------------------------
+#
+# Where the statements' rules fall relative to τ, c* and T, each a dimension of a forget's placement:
+#   Theorem 1 / Corollary 1 (the splice): c* = τ−1 (the runtime's own latest checkpoint), c* < τ−1
+#     because the policy keeps none at τ−1 (its own choice), c* < τ−1 forced (`checkpoint=`), R_0 (B5);
+#   Lemma 1 (the shared prefix) and Corollary 1's count: τ < T (a suffix replayed, checkpoints kept
+#     after τ) or τ = T;
+#   Lemma 2 (the certifiable boundary), where the state's layout changes: a compaction in the
+#     transition right before τ (R_{τ−1} holds it), one in the replayed suffix (after τ), or none;
+#   A3 (side effects at the boundary): a consequential call committed at τ−1 (kept in the prefix), at
+#     τ (planned before τ, committed by the first replayed transition), at τ+1, or none.
+# Their product, less what cannot exist (a call at τ+1 or a compaction after τ when τ = T), is a set
+# of coverage targets; one program per target (`directed_programs`) runs in every kit run before the
+# random ones, so each combination is reached whatever the seed; two more reach the targets of the
+# forget history (a forget after another, a target re-entering, z1 then z2 then z1, several τ) and of
+# the parts (several parts of one observation, a text under two sources, an instead_of part).
+
+SPLICES = ("c*=tau-1", "policy lacks tau-1", "c* forced coarser", "reset (B5)")
+ENDS = ("tau<T", "tau=T")
+COMPACTIONS = ("no compaction", "compaction right before tau", "compaction after tau")
+EFFECTS = ("no call", "call committed at tau-1", "call committed at tau", "call committed at tau+1")
+
+
+def placement_name(splice: str, end: str, compaction: str, effect: str) -> str:
+    return f"{splice} · {end} · {compaction} · {effect}"
+
+
+def placements() -> list[tuple[str, str, str, str]]:
+    return [(s, e, c, f) for s in SPLICES for e in ENDS for c in COMPACTIONS for f in EFFECTS
+            if not (e == "tau=T" and (f == "call committed at tau+1" or c == "compaction after tau"))]
+
+
+TAU = 4  # the target's transition in a directed program: room for a call planned two transitions before it
+
+
+def directed_program(splice: str, end: str, compaction: str, effect: str) -> tuple[dict, list[tuple]]:
+    """(config, program): a session that places one forget of z1 as named. The config's policy keeps
+    a checkpoint at every boundary, or at the session's start only ("policy lacks tau-1")."""
+    T = TAU + 2 if end == "tau<T" else TAU
+    obs = []
+    for t in range(1, T + 1):
+        parts = (Part("z1", "alice lives at 12 elm street"),) if t == TAU else (Part(f"s{t}", f"the budget {t} is tight"),)
+        obs.append(Observation("user", parts, reply=2))
+    plan_at = {"call committed at tau-1": TAU - 2, "call committed at tau": TAU - 1, "call committed at tau+1": TAU}
+    if effect in plan_at:  # a call planned in transition t commits in t + 1
+        k = plan_at[effect] - 1
+        obs[k] = replace(obs[k], tool="send")
+    if compaction == "compaction right before tau":
+        obs[TAU - 2] = replace(obs[TAU - 2], compact=True)
+    elif compaction == "compaction after tau":
+        obs[TAU] = replace(obs[TAU], compact=True)
+    forget = Forget((0,), "B5" if splice == "reset (B5)" else "B7", 0 if splice == "c* forced coarser" else None)
+    policy = "start" if splice == "policy lacks tau-1" else "every"
+    return {"policy": policy, "sampling": False, "seed": 0}, [("obs", o) for o in obs] + [("forget", forget)]
+
+
+def _o(*parts) -> tuple:
+    return ("obs", Observation("user", tuple(Part(*p) for p in parts), reply=1))
+
+
+# The other coverage targets (the forget history's shapes and the parts' shapes), each reached by one
+# of two programs. A forget's picks index the targets present in the log, in TARGETS order.
+HISTORY_PROGRAM = (
+    _o(("s1", "the budget")),
+    _o(("z1", "alice lives"), ("z1", "at 12 elm"), ("s2", "alice lives")),  # several parts; its text under s2 too
+    _o(("z2", "iban DE89")),
+    ("forget", Forget((0, 1))),  # z1 and z2: two τ
+    _o(("z1", "alice again")),
+    ("forget", Forget((0,))),  # z1 again: after an earlier forget, re-entering after its forget
+    _o(("z2", "iban again")),
+    ("forget", Forget((0,))),  # z2
+    _o(("z1", "alice thrice")),
+    ("forget", Forget((0,))),  # z1, then z2, then z1 again
+)
+INSTEAD_OF_PROGRAM = (
+    _o(("s1", "hi")),
+    _o(("z1", "alice"), ("z2", "bob", "z1")),  # z2's part stands instead of z1's
+    _o(("z2", "bob visible")),
+    ("forget", Forget((1,))),  # z2: a target inside an instead_of part
+)
+
+
+# And the two shapes the checkpoint set depends on: a long session whose target enters early (a runtime
+# that keeps few checkpoints must still splice before τ), and the "events" policy's promised checkpoint
+# before a compaction.
+LONG_PROGRAM = ((_o(("s1", "hi")), _o(("z1", "alice lives")))
+                + tuple(_o((f"s{t}", f"the budget {t}")) for t in range(3, 17)) + (("forget", Forget((0,))),))
+EVENTS_PROGRAM = (_o(("s1", "hi")), _o(("s2", "the budget")),
+                  ("obs", Observation("user", (Part("s3", "is tight"),), reply=1, compact=True)),
+                  _o(("z1", "alice lives")), _o(("s5", "thanks")), ("forget", Forget((0,))))
+
+
+def directed_programs() -> list[tuple[dict, list[tuple]]]:
+    every = {"policy": "every", "sampling": False, "seed": 0}
+    return [directed_program(*p) for p in placements()] + [
+        (every, HISTORY_PROGRAM), (every, INSTEAD_OF_PROGRAM), (every, LONG_PROGRAM),
+        ({"policy": "events", "sampling": False, "seed": 0}, EVENTS_PROGRAM)]
+
+
+def program_json(program) -> list:
+    """A program as JSON: [op, its fields] per operation (`program_of` reads it back)."""
+    from dataclasses import asdict
+
+    return [[op, asdict(arg)] for op, arg in program]
+
+
+def program_of(doc) -> list:
+    out = []
+    for op, arg in doc:
+        if op == "obs":
+            out.append(("obs", Observation(arg["kind"], tuple(Part(**p) for p in arg["parts"]), arg["reply"],
+                                           arg["tool"], arg["compact"])))
+        else:
+            out.append(("forget", Forget(tuple(arg["picks"]), arg["method"], arg["coarser"])))
+    return out

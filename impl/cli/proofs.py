@@ -23,7 +23,8 @@ def prove(max_steps: int = typer.Option(16, help="Bounded obligations check ever
                                        "each contract's path cap is the budget a normal run uses)."),
           paths: Optional[int] = typer.Option(None, help="With --code: explore at most this many paths per contract "
                                               "instead of each contract's own cap (0: no cap, only --budget)."),
-          jobs: int = typer.Option(2, help="With --code: processes to spread the contracts over.")) -> None:
+          jobs: int = typer.Option(2, help="Processes to spread the obligations (with --code: the contracts) over; "
+                                   "each query is still solved in a fresh Z3 context.")) -> None:
     """Discharge every Z3 obligation and report each: proved, counterexample or unknown.
 
     Unknown fails. Each row is labelled by its kind (validity, existence, checked on samples,
@@ -42,7 +43,7 @@ def prove(max_steps: int = typer.Option(16, help="Bounded obligations check ever
         raise typer.BadParameter("--max-steps must be at least 1")
     with progress() as p:
         task = p.add_task("proving", total=len(OBLIGATIONS) + len(ENCODING_CHECKS) + (len(REFUTED) if emit else 0))
-        doc = run_all(max_steps, on_result=lambda r: p.advance(task), record=emit is not None)
+        doc = run_all(max_steps, on_result=lambda r: p.advance(task), record=emit is not None, jobs=jobs)
     table = Table(title="code ties: each function of unsee.model against the facts the obligations assume of it")
     for col in ("tie", "result", "inputs", "seconds", "functions", "bounds"):
         table.add_column(col, overflow="fold")
@@ -179,8 +180,12 @@ def verify(engine: VerifyEngine = typer.Option(VerifyEngine.reference, help="The
            examples: int = typer.Option(100, help="Random sessions to generate."),
            seed: int = typer.Option(0, help="Hypothesis seed."),
            max_ops: int = typer.Option(10, help="Longest program (observations and forgets)."),
+           directed: bool = typer.Option(True, help="First run the directed programs (one per combination of "
+                                         "where the statements' rules fall relative to tau, c* and T, and the "
+                                         "shapes of the forget history, the parts and the checkpoint set; 76), so "
+                                         "every coverage target is reached whatever the seed."),
            json_path: Optional[Path] = typer.Option(None, "--json", help="Write the report as JSON here.")) -> None:
-    """Drive random sessions through an engine and check every statement at every forget."""
+    """Drive directed, then random sessions through an engine and check every statement at every forget."""
     from unsee.specs.harness import verify as run_verify
 
     if examples < 1:
@@ -198,17 +203,21 @@ def verify(engine: VerifyEngine = typer.Option(VerifyEngine.reference, help="The
 
         factory_for = kv_factory_for(model)
         label = f"kv:{model}"
+    from unsee.specs.strategies import directed_programs
+
+    total = examples + (len(directed_programs()) if directed else 0)
     with progress() as p:
-        task = p.add_task(f"verify {label}", total=examples)
+        task = p.add_task(f"verify {label}", total=total)
 
         def tick(tally):
-            p.update(task, completed=min(tally.examples, examples),
+            p.update(task, completed=min(tally.examples, total),
                      description=f"verify {label}: {tally.forgets} forgets, {tally.exact} exact")
-        doc = run_verify(factory_for, examples=examples, seed=seed, max_ops=max_ops, on_example=tick, engine=label)
+        doc = run_verify(factory_for, examples=examples, seed=seed, max_ops=max_ops, on_example=tick, engine=label,
+                         directed=directed)
     table = Table(title=f"verify --engine {label}")
     table.add_column("figure")
     table.add_column("value", justify="right")
-    for k in ("examples", "forgets", "exact", "optimal_invocations", "seconds"):
+    for k in ("examples", "directed", "forgets", "exact", "optimal_invocations", "seconds"):
         table.add_row(k, str(doc[k]))
     table.add_row("failures", str(len(doc["failures"])))
     out.print(table)

@@ -16,7 +16,8 @@ from tests.kv_helpers import EPISODE, FAMILIES, assert_b7_equals_b5, drive, kv_f
 @pytest.mark.tiny
 @pytest.mark.parametrize("model", FAMILIES)
 def test_random_sessions_forget_exactly_and_optimally(model):
-    doc = verify(kv_factory_for(model), examples=12, seed=1, max_ops=8, engine=model)
+    # (the 72 directed placements on each model family are the slow tier's: test_kv_placements)
+    doc = verify(kv_factory_for(model), examples=12, seed=1, max_ops=8, engine=model, directed=False)
     assert doc["failures"] == [], doc["failures"]
     assert doc["forgets"] > 0 and doc["exact"] == doc["optimal_invocations"] == doc["forgets"]
 
@@ -75,3 +76,12 @@ def test_bit_exact_on_cuda(model):
     b5.forget(["z"], method="B5")
     eq = compare(b7, b5)
     assert all(eq.values()), eq
+
+
+@pytest.mark.slow
+def test_kv_placements():
+    """The kit's 72 directed placements (every combination of where the statements' rules fall
+    relative to τ, c* and T) on the KV engine with a real tiny model."""
+    doc = verify(kv_factory_for("tiny-llama"), examples=0, seed=0, engine="tiny-llama")
+    assert doc["failures"] == [], doc["failures"]
+    assert doc["forgets"] >= 72 and doc["exact"] == doc["optimal_invocations"] == doc["forgets"]

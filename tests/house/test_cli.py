@@ -24,7 +24,8 @@ def test_verify_reference_reports_counts(tmp_path):
                               "--json", str(path)])
     assert res.exit_code == 0, res.output
     doc = json.loads(path.read_text())
-    assert doc["engine"] == "reference" and doc["examples"] == 30
+    assert doc["engine"] == "reference" and doc["examples"] == 30 + doc["directed"] and doc["directed"] == 76
+    assert all(v["forgets"] > 0 for v in doc["targets"].values())
     assert doc["failures"] == [] and doc["exact"] == doc["forgets"] == doc["optimal_invocations"] > 0
     assert "tau == 1" in doc["coverage"] or "1 < tau < T" in doc["coverage"]
 

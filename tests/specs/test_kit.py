@@ -29,7 +29,8 @@ def test_example_runtime_passes_the_kit():
     p = kit("tiny_runtime:TinyRuntime", ROOT / "docs" / "examples")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "2 passed" in p.stdout
-    assert "unsee kit: 100 sessions" in p.stdout and "several targets with different tau" in p.stdout
+    assert "unsee kit: 176 sessions (76 directed, 100 random; profile default)" in p.stdout
+    assert "several targets with different tau" in p.stdout
 
 
 def test_reference_passes_the_default_run_with_a_coverage_line(tmp_path):
@@ -504,3 +505,53 @@ def test_a_factory_that_raises_fails_each_vector_in_the_guides_form():
     assert report["ran"] == sorted(v["id"] for v in vectors) and len(report["failures"]) == 2
     assert report["failures"][0]["message"].startswith(
         f"the runtime raised ValueError: no runtime for {vectors[0]['config']['policy']} at construction (factory())")
+
+
+# --- placements reached by construction -------------------------------------------------------------
+
+def _factory_of(cls):
+    def factory_for(cfg):
+        return lambda: cls(Config(sampling=cfg["sampling"], seed=cfg["seed"]), cfg["policy"])
+    return factory_for
+
+
+def test_every_coverage_target_is_reached_by_the_directed_programs_alone():
+    """No random example at all: every combination of where the statements' rules fall (τ against T,
+    c* against τ, a compaction and a committed call against τ) is reached by construction."""
+    from unsee.specs.harness import PLACEMENT_TARGETS
+
+    doc = verify(_factory_of(ReferenceRuntime), examples=0, seed=0)
+    assert doc["failures"] == []
+    assert {k for k, v in doc["targets"].items() if v["forgets"] == 0} == set()  # every target, not only these
+    assert len(PLACEMENT_TARGETS) == 72 and set(PLACEMENT_TARGETS) <= set(doc["targets"])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_runtime_wrong_only_in_a_rare_conjunction_is_rejected_at_every_seed(seed):
+    """Wrong only where the transition right before τ compacted, the forget is at the runtime's own
+    checkpoint and one is kept at τ: the directed programs place it in every run."""
+    from unsee.specs.mutants import RARE_MUTANTS
+
+    (mutant,) = RARE_MUTANTS
+    doc = verify(_factory_of(mutant), examples=5, seed=seed)
+    assert doc["failures"], "the rare conjunction was not reached"
+    assert any("compact=True" in line for f in doc["failures"] for line in f["trace"])
+
+
+def test_the_ci_profile_rejects_a_rare_mistake_and_writes_a_session_the_printed_command_replays(tmp_path):
+    failures = tmp_path / "failures"
+    p = kit("unsee.specs.runtimes:crops_late_after_a_compaction", tmp_path, "--unsee-profile=ci",
+            f"--unsee-failures={failures}")
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "replay it alone with:" in p.stdout
+    cmd = next(line.strip() for line in p.stdout.splitlines() if line.strip().startswith("python -m unsee.specs.replay"))
+    path = Path(cmd.split()[3])
+    assert path.parent == failures and path.exists()
+    assert cmd.endswith("--unsee-runtime unsee.specs.runtimes:crops_late_after_a_compaction")
+    doc = json.loads(path.read_text())
+    assert any(op == "obs" and arg["compact"] for op, arg in doc["program"])
+    again = subprocess.run([sys.executable, *cmd.split()[1:]], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 1 and doc["statement"] in again.stdout, again.stdout + again.stderr
+    fixed = subprocess.run([sys.executable, "-m", "unsee.specs.replay", str(path), "--unsee-runtime",
+                            "unsee.specs.runtimes:reference"], capture_output=True, text=True, timeout=300)
+    assert fixed.returncode == 0 and "passes every statement" in fixed.stdout, fixed.stdout + fixed.stderr

@@ -6,7 +6,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from unsee.model import Config
 from unsee.specs.harness import verify
-from unsee.specs.mutants import MUTANTS, PROTOCOL_MUTANTS
+from unsee.specs.mutants import MUTANTS, PROTOCOL_MUTANTS, RARE_MUTANTS, REPORT_MUTANTS
 from unsee.specs.statements import SpecViolation
 from tests.model.test_reference_machine import ReferenceMachine
 
@@ -17,7 +17,7 @@ def test_mutant_is_caught_with_a_short_trace(mutant):
     def factory_for(cfg):
         return lambda: mutant(Config(sampling=cfg["sampling"], seed=cfg["seed"]), cfg["policy"])
 
-    doc = verify(factory_for, examples=300, seed=0)
+    doc = verify(factory_for, examples=300, seed=0, directed=False)  # the random programs, shrunk
     assert len(doc["failures"]) == 1, f"{mutant.name} was not caught"
     f = doc["failures"][0]
     assert f["length"] <= 4, f"shrunk trace too long: {f['trace']}"
@@ -57,7 +57,7 @@ def test_protocol_mutant_is_caught_by_the_default_run(mutant):
     def factory_for(cfg):
         return lambda: mutant(Config(sampling=cfg["sampling"], seed=cfg["seed"]), cfg["policy"])
 
-    doc = verify(factory_for, examples=100, seed=0)
+    doc = verify(factory_for, examples=100, seed=0, directed=False)  # the random programs alone
     assert doc["failures"], f"{mutant.name} was not caught"
     # the fallback checkpoint lies past τ (Theorem 1) or before τ−1 (Corollary 1): which example the
     # time-bounded shrinking ends on depends on the machine's load, and either names the mistake
@@ -65,3 +65,15 @@ def test_protocol_mutant_is_caught_by_the_default_run(mutant):
             "recent-checkpoints-only": ("Theorem 1", "Corollary 1: spliced at boundary"),
             "wrong-log-after-forgets": ("log",)}
     assert any(w in f["message"] for f in doc["failures"] for w in want[mutant.name]), doc["failures"]
+
+
+@pytest.mark.parametrize("mutant", MUTANTS + PROTOCOL_MUTANTS + REPORT_MUTANTS + RARE_MUTANTS, ids=lambda m: m.name)
+def test_the_directed_programs_alone_catch_every_mutant(mutant):
+    """No random session at all: the 76 directed programs (every placement, the forget history, the
+    part shapes) reject every mutant, each failure with its session's trace."""
+    def factory_for(cfg):
+        return lambda: mutant(Config(sampling=cfg["sampling"], seed=cfg["seed"]), cfg["policy"])
+
+    doc = verify(factory_for, examples=0, seed=0)
+    assert doc["failures"], f"{mutant.name} passed every directed program"
+    assert all(f["directed"] and any("rt.forget(" in x for x in f["trace"]) for f in doc["failures"])
