@@ -649,25 +649,52 @@ def tied(r: Result, ties: dict) -> Result:
     return replace(r, abstracts=abstracts)
 
 
-def run_all(max_steps: int = 16, on_result=None, record: bool = False) -> dict:
+def _discharge(name: str, max_steps: int):
+    """One obligation (or encoding check, or refuted statement) and the queries it sent; each query
+    is solved in a fresh Z3 context whichever process runs it, so the answer does not depend on it."""
+    with kernel.recording() as qs:
+        r = _BY_NAME[name](max_steps)
+    return name, r, qs
+
+
+def run_all(max_steps: int = 16, on_result=None, record: bool = False, jobs: int = 1) -> dict:
     """The code ties, then every obligation and encoding check at `max_steps`: `all_proved`
     counts the obligations (with their ties) only; the encoding checks are listed apart. With
     `record`, each row's SMT-LIB queries are returned under "queries" (name → [Query]), the
-    refuted statements' too."""
+    refuted statements' too. `jobs`: processes the obligations are spread over (the ties run in
+    this one meanwhile); the document is the same whatever it is, rows in the same order."""
     if max_steps < 1:
         raise ValueError(f"max_steps must be at least 1, not {max_steps}")
-    ties = {t.name: run_tie(t) for t in TIES}
-    results, checks, refuted, queries = [], [], [], {}
-    for group, out in ((OBLIGATIONS, results), (ENCODING_CHECKS, checks), (REFUTED if record else (), refuted)):
+    groups = ((OBLIGATIONS, []), (ENCODING_CHECKS, []), (REFUTED if record else (), []))
+    names = [ob.__name__ for group, _ in groups for ob in group]
+    done: dict = {}
+    if jobs <= 1:
+        ties = {t.name: run_tie(t) for t in TIES}
+        for name in names:
+            done[name] = _discharge(name, max_steps)[1:]
+            if on_result is not None:
+                on_result(done[name][0])
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        # fork where there is one (as `code.run_all`): a spawned worker would re-import the caller's main module
+        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context(method)) as pool:
+            futures = [pool.submit(_discharge, name, max_steps) for name in names]
+            ties = {t.name: run_tie(t) for t in TIES}
+            for f in as_completed(futures):
+                name, r, qs = f.result()
+                done[name] = (r, qs)
+                if on_result is not None:
+                    on_result(r)
+    results, checks, refuted, queries = groups[0][1], groups[1][1], groups[2][1], {}
+    for group, out in groups:
         for ob in group:
-            with kernel.recording() as qs:
-                r = ob(max_steps)
-            queries[ob.__name__] = qs
+            r, queries[ob.__name__] = done[ob.__name__]
             if group is not REFUTED:
                 r = tied(replace(r, bounds=BOUNDS[ob.__name__](max_steps), kind=KIND[ob.__name__]), ties)
             out.append(r)
-            if on_result is not None:
-                on_result(r)
     doc = {"all_proved": all(r.ok for r in results) and all(t.ok for t in ties.values()), "max_steps": max_steps,
            "ties": [t.to_json() for t in ties.values()],
            "obligations": [r.to_json() for r in results],
@@ -676,3 +703,6 @@ def run_all(max_steps: int = 16, on_result=None, record: bool = False) -> dict:
         doc["refuted"] = [r.to_json() for r in refuted]
         doc["queries"] = queries
     return doc
+
+
+_BY_NAME = MappingProxyType({ob.__name__: ob for ob in OBLIGATIONS + ENCODING_CHECKS + REFUTED})
