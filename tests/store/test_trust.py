@@ -209,7 +209,7 @@ def test_a_save_whose_ledger_record_was_lost_to_a_crash_is_recorded_on_the_next_
     code, out = unsee("check", "--db", db)
     said = " ".join(out.split())  # rich wraps lines where the path's length puts them
     assert code == 0 and "exact=True" in said and "record was appended now" in said, out
-    assert "had committed before its process died" in out and SECRET not in db.read_bytes()
+    assert "had committed before its process died" in said and SECRET not in db.read_bytes()
     after = Path(str(db) + ".ledger").read_text().splitlines()
     assert len(after) == len(records) + 1 and json.loads(after[-1])["tombstones"]  # the forget's, recovered
 
