@@ -135,6 +135,16 @@ def twin_of(kind, tmp_path, pg, llm):
     return graph, b
 
 
+def assert_is_the_twin(graph, b, kind, tmp_path, pg, llm) -> None:
+    """Every thread and the store equal the twin's, and no byte of the secret is left where b keeps it."""
+    twin, tb = twin_of(kind, tmp_path, pg, llm)
+    for t in ("t1", "t2", "t3"):
+        assert L.compare_threads(graph, t, twin, t) == [], t
+    assert items(b.store) == items(tb.store)
+    for where, blob in b.held().items():
+        assert b"P4471902" not in blob, f"the secret is left in the {where}"
+
+
 @pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
 def test_a_secret_one_thread_saved_and_another_read_is_forgotten_in_both(kind, tmp_path, request):
     pg = request.getfixturevalue("postgres") if kind == "postgres" else None
@@ -143,12 +153,7 @@ def test_a_secret_one_thread_saved_and_another_read_is_forgotten_in_both(kind, t
     run(graph, True)
     assert any(b"P4471902" in blob for blob in b.held().values())
     receipt = L.forget(graph, "t1", [SID])
-    twin, tb = twin_of(kind, tmp_path, pg, llm)
-    for t in ("t1", "t2", "t3"):
-        assert L.compare_threads(graph, t, twin, t) == [], t
-    assert items(b.store) == items(tb.store)
-    for where, blob in b.held().items():
-        assert b"P4471902" not in blob, f"the secret is left in the {where}"
+    assert_is_the_twin(graph, b, kind, tmp_path, pg, llm)
     # the cost: t1 from τ (T−τ+1), t2 from its first read of what changed, t3 (another user's namespace) kept
     assert (receipt.tau, receipt["T"], receipt.transitions) == (2, 4, 3)
     assert [(r.thread_id, r.tau, r.transitions, r.sources) for r in receipt.threads] == [
@@ -444,12 +449,7 @@ def test_a_restored_backup_is_refused_until_the_forget_is_reapplied(kind, tmp_pa
     receipts = L.reapply(graph)
     assert [r.thread_id for r in receipts] == ["t1"]
     assert L.check_record(graph) == {"threads": 3, "restored": [], "store": "ok", "records": 4}
-    twin, tb = twin_of(kind, tmp_path, pg, llm)
-    for t in ("t1", "t2", "t3"):
-        assert L.compare_threads(graph, t, twin, t) == [], t
-    assert items(b.store) == items(tb.store)
-    for where, blob in b.held().items():
-        assert b"P4471902" not in blob, f"the secret is left in the {where}"
+    assert_is_the_twin(graph, b, kind, tmp_path, pg, llm)
     graph.invoke(say("hello again"), cfg("t1"))  # usable again
 
 

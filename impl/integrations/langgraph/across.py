@@ -38,20 +38,15 @@ def _read_source(turn: int) -> str:
 class _Runtime:
     """`unsee.model.shared.Runtime` on a graph and its recorded store."""
 
-    def __init__(self, graph, store, hist, method, extra, index) -> None:
+    def __init__(self, graph, store, hist, method, extra, index, events) -> None:
         self.graph, self.store, self.hist, self.method, self.extra = graph, store, hist, method, extra
+        self.all_events = events  # the journal's tail, span by span: what the replay runs over
         self.index = index  # (ns, key) → the index the item's current value was put with
         self.original: dict = {}  # (ns, key) → (value, index) when the forget began: what a failure puts back
         self.jobs: dict = {}  # thread → (job, its steps)
         self.captured: dict = {}  # (thread, turn) → the events its replay made
 
     # the store as it stands
-    def _get(self, key):
-        from langgraph.store.base import GetOp
-
-        item = self.store.inner.batch([GetOp(key[0], key[1])])[0]
-        return None if item is None else item.value
-
     def _put(self, key, value, index, at=None, pos=None) -> None:
         from langgraph.store.base import PutOp
 
@@ -264,8 +259,7 @@ def forget_across(graph, ad, thread_id, sources, method, checkpoint, erase, reda
 
         seq0 = sp.bounds[first][0]
         before_index, last_index = _indexes(events)
-        rt = _Runtime(graph, store, hist, method, extra, dict(last_index))
-        rt.all_events = [sp.events[i] for i in tail]
+        rt = _Runtime(graph, store, hist, method, extra, dict(last_index), [sp.events[i] for i in tail])
         start = {thread_id: c + 1}
         rt._begin(thread_id, job)
         kept_before = _store_items(store, [sp.events[i] for i in tail])

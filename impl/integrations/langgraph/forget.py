@@ -21,7 +21,8 @@ What a graph must satisfy (each checked before anything is written, with an erro
   interrupts pending at once or durability="exit"); a resume (`Command(resume=...)`) is a turn of
   its own, replayed where the replay asks the same question (else the replay stops there:
   `ThreadReceipt.stopped`); subgraph checkpoints are replayed and erased with the parent's;
-- no store, and the runtime context passed where the graph has a `context_schema`.
+- a store only as `forgettable` records it (forgotten across threads: `across`), and the runtime
+  context passed where the graph has a `context_schema`.
 Every input key is read (`inputs.values_of`), and each turn replays with the `configurable` keys
 its checkpoint recorded.
 `forgettable(graph)` (module `forgettable`) checks the first and third when the graph is built,

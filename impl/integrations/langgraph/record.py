@@ -112,46 +112,38 @@ def stones(records) -> dict[str, dict]:
     return {s: r for r in records for s in r["tombstones"]}
 
 
-def check_thread(graph, thread_id: str, whole: bool = True) -> None:
-    """Refuse a thread whose checkpoints include one a recorded forget erased (`whole`: all of them;
-    else its head, the cheap check an invoke makes)."""
-    rec = record_of(graph)
-    if rec is None:
-        return
-    records = rec.records()
-    if not records:
-        return
+def _refuse_erased(rec, records, thread_id: str, ids) -> None:
+    """Refuse if one of the thread's checkpoint `ids` is a tombstone of `records`."""
     salt, dead = records[0]["salt"], stones(records)
-    saver = graph.checkpointer
-    config = {"configurable": {"thread_id": thread_id}}
-    if whole:
-        ids = [t.config["configurable"]["checkpoint_id"] for t in saver.list(config)]
-    else:
-        head = saver.get_tuple(config)
-        ids = [] if head is None else [head.config["configurable"]["checkpoint_id"]]
     for cid in ids:
         r = dead.get(ForgetRecord.stone(salt, thread_id, cid))
         if r is not None:
             raise UnseeError(RESTORED.format(thread=thread_id, path=rec.path, seq=r["seq"]))
+
+
+def _ids(tuples) -> list:
+    return [t.config["configurable"]["checkpoint_id"] for t in tuples if t is not None]
+
+
+def check_thread(graph, thread_id: str, whole: bool = True) -> None:
+    """Refuse a thread whose checkpoints include one a recorded forget erased (`whole`: all of them;
+    else its head, the cheap check an invoke makes)."""
+    rec = record_of(graph)
+    records = rec.records() if rec is not None else []
+    if records:
+        saver, config = graph.checkpointer, {"configurable": {"thread_id": thread_id}}
+        _refuse_erased(rec, records, thread_id,
+                       _ids(saver.list(config)) if whole else _ids([saver.get_tuple(config)]))
 
 
 async def acheck_thread(graph, thread_id: str, whole: bool = True) -> None:
     """`check_thread` through the checkpointer's async interface."""
     rec = record_of(graph)
     records = rec.records() if rec is not None else []
-    if not records:
-        return
-    salt, dead = records[0]["salt"], stones(records)
-    saver, config = graph.checkpointer, {"configurable": {"thread_id": thread_id}}
-    if whole:
-        ids = [t.config["configurable"]["checkpoint_id"] async for t in saver.alist(config)]
-    else:
-        head = await saver.aget_tuple(config)
-        ids = [] if head is None else [head.config["configurable"]["checkpoint_id"]]
-    for cid in ids:
-        r = dead.get(ForgetRecord.stone(salt, thread_id, cid))
-        if r is not None:
-            raise UnseeError(RESTORED.format(thread=thread_id, path=rec.path, seq=r["seq"]))
+    if records:
+        saver, config = graph.checkpointer, {"configurable": {"thread_id": thread_id}}
+        ids = _ids([t async for t in saver.alist(config)]) if whole else _ids([await saver.aget_tuple(config)])
+        _refuse_erased(rec, records, thread_id, ids)
 
 
 def journal_digest(events) -> str:

@@ -103,7 +103,6 @@ class _Recorded:
         self.journal = {"memory": Journal, "sqlite": SqliteJournal, "postgres": PostgresJournal}[self.kind](
             *(() if self.kind == "memory" else (inner,)))
         self.gate = Gate()
-        self.index_config = getattr(inner, "index_config", None)
 
     def restamp(self, ns, key) -> None:
         """SQLite's CURRENT_TIMESTAMP counts seconds, so items written within one second tie in a
